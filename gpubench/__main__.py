@@ -1,0 +1,5 @@
+"""`python -m gpubench` runs the command-line interface."""
+
+from gpubench.cli import main
+
+raise SystemExit(main())

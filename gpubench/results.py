@@ -1,0 +1,322 @@
+"""The results record schema, the environment snapshot, and the JSON Lines store.
+
+Each measurement is one JSON object on one line of `results.jsonl`, appended and
+flushed to disk the moment it is measured, so a crash or Ctrl-C loses nothing
+that was already measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+COMMON_FIELDS = (
+    "schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
+    "timestamp", "environment",
+)
+MATMUL_FIELDS = (
+    "size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats", "gflops",
+)
+TRAIN_FIELDS = (
+    "model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
+    "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
+    "samples_per_second", "test_accuracy", "test_loss",
+)
+# Fields beyond DESIGN.md's list that gpubench also records.
+EXTRA_FIELDS = {
+    "matmul": ("first_seconds", "seconds_iqr"),
+    "train": ("validation_samples", "steady_epoch_iqr"),
+}
+BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS}
+ENVIRONMENT_FIELDS = (
+    "python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version", "cudnn_version",
+    "os", "cpu_model", "cpu_count", "ram_gb", "gpus", "git_commit", "hostname", "tf_env",
+)
+# Environment variables that change what TensorFlow does; a run records those that are set.
+TF_ENV_VARS = ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
+               "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+               "TF_NUM_INTEROP_THREADS")
+STATUSES = ("ok", "oom", "error", "skipped")
+
+
+class ResultsPathError(ValueError):
+    """The results path cannot be written."""
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC timestamp plus a short random suffix."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{uuid.uuid4().hex[:6]}"
+
+
+def current_run_id() -> str:
+    """The run id set by `gpubench run` (GPUBENCH_RUN_ID), else one for this process."""
+    return os.environ.get("GPUBENCH_RUN_ID") or _process_run_id()
+
+
+@functools.lru_cache(maxsize=None)
+def _process_run_id() -> str:
+    return new_run_id()
+
+
+def default_env_name() -> str:
+    """The env label for results: GPUBENCH_ENV when set, else "gpu"/"cpu" by the TensorFlow build."""
+    name = os.environ.get("GPUBENCH_ENV")
+    if name:
+        return name
+    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
+
+    return "gpu" if devices.build_info()["cuda_build"] else "cpu"
+
+
+def make_record(
+    benchmark: str,
+    *,
+    notebook: str,
+    env: str,
+    device: str,
+    status: str = "ok",
+    error: str | None = None,
+    environment: dict | None = None,
+    **fields: Any,
+) -> dict:
+    """Build one record with every schema field present (missing measurements are None)."""
+    if benchmark not in BENCHMARK_FIELDS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; use one of {sorted(BENCHMARK_FIELDS)}")
+    allowed = BENCHMARK_FIELDS[benchmark] + EXTRA_FIELDS[benchmark]
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {list(allowed)}")
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
+    record = {
+        "schema": SCHEMA,
+        "run_id": current_run_id(),
+        "env": env,
+        "notebook": notebook,
+        "benchmark": benchmark,
+        "device": device,
+        "status": status,
+        "error": error,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment if environment is not None else environment_snapshot(),
+    }
+    for name in allowed:
+        record[name] = fields.get(name)
+    return record
+
+
+def validate(record: dict) -> None:
+    """Raise ValueError naming the first field that is missing from `record`."""
+    benchmark = record.get("benchmark")
+    if benchmark not in BENCHMARK_FIELDS:
+        raise ValueError(f"record has unknown benchmark {benchmark!r}")
+    for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark]:
+        if name not in record:
+            raise ValueError(f"{benchmark} record lacks the field {name!r}")
+    missing = [k for k in ENVIRONMENT_FIELDS if k not in (record["environment"] or {})]
+    if missing:
+        raise ValueError(f"record environment lacks {missing}")
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinity are not JSON; store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class ResultsStore:
+    """An append-only JSON Lines file of records."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        """Open (and create if needed) the store at `path`; fail now if it cannot be written."""
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ResultsPathError(
+                f"results path {str(self.path)!r} is a directory; pass a file path such as "
+                f"{str(self.path / 'results.jsonl')!r}"
+            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise ResultsPathError(
+                f"cannot write results to {str(self.path)!r} ({exc.strerror or exc}); "
+                "pass a results_path in a writable directory, e.g. runs/my-run/results.jsonl"
+            ) from None
+
+    def append(self, record: dict) -> dict:
+        """Validate `record`, append it as one line, flush it to disk, and return it."""
+        validate(record)
+        line = json.dumps(_json_safe(record), allow_nan=False)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return record
+
+    def read(self) -> list[dict]:
+        """All records in the store, in the order they were written."""
+        return read_records(self.path)
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
+
+    A last line cut short by a crash is skipped; a bad line elsewhere is an error.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # interrupted mid-write; everything before it is intact
+            raise ValueError(f"{path}:{number} is not a JSON record; the file is damaged") from None
+    return records
+
+
+def environment_snapshot() -> dict:
+    """Hardware and software this process runs on: every environment field of the schema."""
+    return dict(_snapshot())
+
+
+@functools.lru_cache(maxsize=None)
+def _snapshot() -> dict:
+    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
+
+    snapshot = {"python": platform.python_version()}
+    snapshot.update(devices.build_info())
+    snapshot.update(
+        os=platform.platform(),
+        cpu_model=_cpu_model(),
+        cpu_count=_cpu_count(),
+        ram_gb=_ram_gb(),
+        gpus=_gpus(devices),
+        git_commit=_git_commit(),
+        hostname=platform.node(),
+        tf_env={name: os.environ[name] for name in TF_ENV_VARS if name in os.environ},
+    )
+    return snapshot
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        out = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
+        if out:
+            return out
+    return platform.processor() or platform.machine()
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _ram_gb() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gpus(devices) -> list[dict]:
+    """GPU name, memory and driver from nvidia-smi; TensorFlow's names when it is absent."""
+    out = None
+    if shutil.which("nvidia-smi"):
+        out = _run([
+            "nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+            "--format=csv,noheader,nounits",
+        ])
+    if out:
+        gpus = []
+        for line in out.splitlines():
+            name, memory, driver = (part.strip() for part in line.split(",")[:3])
+            try:
+                memory_gb = round(float(memory) / 1024, 1)
+            except ValueError:
+                memory_gb = None
+            gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver})
+        return gpus
+    tf = devices.tensorflow()
+    gpus = []
+    for gpu in devices._physical_gpus():
+        try:
+            name = tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+        except (ValueError, RuntimeError):
+            name = gpu.name
+        gpus.append({"name": name, "memory_gb": None, "driver": None})
+    return gpus
+
+
+def _git_commit() -> str | None:
+    """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
+    here = Path(__file__).resolve().parent
+    commit = _run(["git", "-C", str(here), "rev-parse", "HEAD"])
+    if not commit:
+        return None
+    dirty = _run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"])
+    return commit + ("-dirty" if dirty else "")
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def project_dir() -> Path | None:
+    """The gpubench checkout containing the current directory (holds pyproject.toml and gpubench/)."""
+    start = Path.cwd().resolve()
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").exists() and (folder / "gpubench").is_dir():
+            return folder
+    return None
+
+
+def runs_dir() -> Path:
+    """Where run directories go by default: runs/ of the project (else of the current directory)."""
+    return (project_dir() or Path.cwd().resolve()) / "runs"
+
+
+def default_results_path() -> Path:
+    """Where notebooks run by hand write: GPUBENCH_RESULTS_PATH, else runs/interactive/results.jsonl."""
+    env = os.environ.get("GPUBENCH_RESULTS_PATH")
+    if env:
+        return Path(env)
+    return runs_dir() / "interactive" / "results.jsonl"

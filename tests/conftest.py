@@ -1,0 +1,101 @@
+"""Shared fixtures: fake GPU machines, paths, and the registered kernel."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+class FakeGPU:
+    """Stands in for tf.config.PhysicalDevice in tests that fake a GPU machine."""
+
+    def __init__(self, index: int) -> None:
+        self.name = f"/physical_device:GPU:{index}"
+        self.device_type = "GPU"
+
+
+@pytest.fixture
+def fake_machine(monkeypatch):
+    """Return a function that fakes the GPUs TensorFlow sees and the build type."""
+    from gpubench import devices
+
+    def fake(gpus: int = 0, cuda_build: bool = False) -> list[FakeGPU]:
+        fakes = [FakeGPU(i) for i in range(gpus)]
+        monkeypatch.setattr(devices, "_physical_gpus", lambda: fakes)
+        monkeypatch.setattr(devices, "_is_cuda_build", lambda: cuda_build)
+        monkeypatch.setattr(devices, "_memory_growth_done", True)
+        return fakes
+
+    return fake
+
+
+@pytest.fixture
+def fake_command(tmp_path, monkeypatch):
+    """Put an executable shell script named `name` first on PATH."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def make(name: str, script: str) -> Path:
+        path = bin_dir / name
+        path.write_text("#!/bin/sh\n" + script + "\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cpu_kernel() -> str:
+    """The registered gpubench-cpu kernel; fails (never skips) when setup has not run."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    if "gpubench-cpu" not in specs:
+        pytest.fail("the Jupyter kernel gpubench-cpu is not registered: run `make setup`")
+    return "gpubench-cpu"
+
+
+def python_env(**extra: str) -> dict:
+    """os.environ plus `extra`, for subprocesses."""
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session")
+def _quick_run(tmp_path_factory, cpu_kernel):
+    """One `gpubench run --profile quick --envs cpu`, shared by the tests that read its output."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("quick") / "run"
+    proc = subprocess.run([PYTHON, "-m", "gpubench", "run", "--profile", "quick", "--envs", "cpu",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=1500, env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return out, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def quick_run(_quick_run) -> Path:
+    """The run directory of the shared quick run."""
+    return _quick_run[0]
+
+
+@pytest.fixture
+def quick_run_output(_quick_run) -> str:
+    """What the shared quick run printed."""
+    return _quick_run[1]

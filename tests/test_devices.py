@@ -1,0 +1,117 @@
+"""devices: names, the no-silent-fallback guard and its diagnosis, memory growth."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REPO
+from gpubench import devices
+
+
+@pytest.mark.parametrize("name", ["cpu", "CPU", "/cpu:0", "/CPU:0", "cpu:0", "/device:CPU:0"])
+def test_cpu_names_resolve(name):
+    assert devices.resolve(name) == "cpu"
+
+
+def test_auto_is_cpu_without_gpu(fake_machine):
+    fake_machine(gpus=0)
+    assert devices.resolve("auto") == "cpu"
+
+
+def test_auto_prefers_first_gpu(fake_machine):
+    fake_machine(gpus=2, cuda_build=True)
+    assert devices.resolve("auto") == "gpu:0"
+    assert devices.list_devices() == ["cpu", "gpu:0", "gpu:1"]
+
+
+@pytest.mark.parametrize("name,expected", [("gpu", "gpu:0"), ("/gpu:0", "gpu:0"),
+                                           ("GPU:1", "gpu:1"), ("/device:GPU:1", "gpu:1")])
+def test_gpu_names_resolve(fake_machine, name, expected):
+    fake_machine(gpus=2, cuda_build=True)
+    assert devices.resolve(name) == expected
+    assert devices.tf_name(name) == "/GPU:" + expected[-1]
+
+
+def test_unknown_name_is_named(fake_machine):
+    fake_machine(gpus=1, cuda_build=True)
+    with pytest.raises(devices.DeviceError, match=r"'tpu'.*\"auto\", \"cpu\", \"gpu\""):
+        devices.resolve("tpu")
+
+
+def test_gpu_index_out_of_range_names_the_real_ones(fake_machine):
+    fake_machine(gpus=1, cuda_build=True)
+    with pytest.raises(devices.DeviceError, match=r"'gpu:7'.*1 GPU.*gpu:0"):
+        devices.resolve("gpu:7")
+
+
+def test_second_cpu_is_rejected():
+    with pytest.raises(devices.DeviceError, match="cpu:1"):
+        devices.resolve("cpu:1")
+
+
+def test_non_string_is_rejected():
+    with pytest.raises(devices.DeviceError, match="7"):
+        devices.resolve(7)
+
+
+def test_gpu_on_cpu_only_build_fails_loudly(fake_machine):
+    fake_machine(gpus=0, cuda_build=False)
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.resolve("gpu")
+    message = str(info.value)
+    assert "CPU-only build" in message
+    assert "make setup GPU=1" in message and "tensorflow[and-cuda]" in message
+
+
+def test_cuda_build_without_driver(fake_machine, fake_command, monkeypatch):
+    fake_machine(gpus=0, cuda_build=True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_command("nvidia-smi", "exit 9")
+    with pytest.raises(devices.GPUNotAvailableError, match="driver is missing or not working"):
+        devices.resolve("gpu:0")
+
+
+def test_cuda_build_with_driver_but_no_libraries(fake_machine, fake_command, monkeypatch):
+    fake_machine(gpus=0, cuda_build=True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_command("nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-1234)"')
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.check_gpu()
+    assert "NVIDIA H200" in str(info.value)
+    assert "CUDA/cuDNN libraries" in str(info.value)
+
+
+def test_hidden_gpus_are_diagnosed(fake_machine, monkeypatch):
+    fake_machine(gpus=0, cuda_build=True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    with pytest.raises(devices.GPUNotAvailableError, match="CUDA_VISIBLE_DEVICES"):
+        devices.resolve("gpu")
+
+
+def test_memory_growth_is_enabled_for_every_gpu(fake_machine, monkeypatch):
+    fakes = fake_machine(gpus=2, cuda_build=True)
+    monkeypatch.setattr(devices, "_memory_growth_done", False)
+    calls = []
+    tf = devices.tensorflow()
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
+                        lambda gpu, flag: calls.append((gpu.name, flag)))
+    devices.list_devices()
+    assert calls == [(g.name, True) for g in fakes]
+
+
+def test_real_machine_lists_cpu_first():
+    assert devices.list_devices()[0] == "cpu"
+
+
+def test_doctor_reports_the_build_and_the_check():
+    out = subprocess.run([PYTHON, "-m", "gpubench", "doctor"], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "TensorFlow 2.21" in out.stdout
+    if not devices.list_devices()[1:]:
+        assert "GPU check: no usable GPU" in out.stdout and "Diagnosis" in out.stdout
+        strict = subprocess.run([PYTHON, "-m", "gpubench", "doctor", "--gpu"],
+                                capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert strict.returncode == 1

@@ -1,0 +1,131 @@
+"""matmul: both methods, the sweep, OOM handling, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpubench import devices, matmul, notebook, results
+
+
+def test_book_method_record(tmp_path):
+    record = matmul.performance_test("/cpu:0", 64, method="book")
+    results.validate(record)
+    assert record["status"] == "ok" and record["method"] == "book" and record["repeats"] == 1
+    assert record["seconds"] == record["seconds_min"] == record["seconds_max"] > 0
+    assert record["gflops"] == pytest.approx(2 * 64**3 / record["seconds"] / 1e9)
+
+
+def test_rigorous_method_record():
+    record = matmul.performance_test("cpu", 128, method="rigorous", repeats=4)
+    assert record["status"] == "ok" and record["repeats"] == 4
+    assert record["seconds_min"] <= record["seconds"] <= record["seconds_max"]
+    assert record["first_seconds"] > 0
+    assert record["device"] == "cpu" and record["size"] == 128 and record["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_other_dtypes(dtype):
+    record = matmul.performance_test("cpu", 32, method="rigorous", repeats=1, dtype=dtype)
+    assert record["status"] == "ok" and record["dtype"] == dtype
+
+
+def test_sweep_appends_each_record_as_it_goes(tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    seen_on_disk = []
+
+    def progress(record):
+        seen_on_disk.append(len(store.read()))
+
+    records = matmul.sweep([32, 64], ["cpu"], repeats=2, store=store, env="test",
+                           progress=progress)
+    assert [(r["size"], r["method"]) for r in records] == [
+        (32, "book"), (32, "rigorous"), (64, "book"), (64, "rigorous")]
+    assert seen_on_disk == [1, 2, 3, 4]  # on disk before the next measurement starts
+    assert [r["size"] for r in store.read()] == [32, 32, 64, 64]
+
+
+def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    tf = devices.tensorflow()
+    real = matmul._rigorous
+
+    def fake(tf_device, size, dtype, repeats):
+        if size == 64:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        return real(tf_device, size, dtype, repeats)
+
+    monkeypatch.setattr(matmul, "_rigorous", fake)
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    records = matmul.sweep([64, 96], ["cpu"], methods=["rigorous"], repeats=1, store=store)
+    assert [r["status"] for r in records] == ["oom", "ok"]
+    assert "OOM" in records[0]["error"] and records[0]["seconds"] is None
+    assert len(store.read()) == 2
+
+
+@pytest.mark.parametrize("sizes", [[0], [-500], [1.5], ["100"], [True], [], [500, None]])
+def test_bad_sizes_are_named_and_nothing_is_written(tmp_path, sizes):
+    path = tmp_path / "run" / "results.jsonl"
+    with pytest.raises(ValueError) as info:
+        notebook.start("performanceTest", sizes=sizes, results_path=str(path), profile="quick")
+    if sizes:
+        assert repr(sizes[-1]) in str(info.value) or repr(sizes[0]) in str(info.value)
+    assert not path.exists()
+
+
+def test_bad_sizes_in_sweep_write_nothing(tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match="-3"):
+        matmul.sweep([64, -3], ["cpu"], store=store)
+    assert store.read() == []
+
+
+def test_unknown_device_is_named(tmp_path):
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(devices.DeviceError, match="'tpu'"):
+        notebook.start("performanceTest", devices=["tpu"], results_path=str(path))
+    assert not path.exists()
+
+
+def test_missing_gpu_index_is_named(fake_machine, tmp_path):
+    fake_machine(gpus=1, cuda_build=True)
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(devices.DeviceError, match="'gpu:7'.*gpu:0"):
+        notebook.start("performanceTest", devices=["gpu:7", "cpu"], results_path=str(path))
+    assert not path.exists()
+
+
+def test_gpu_without_gpu_fails_loudly(fake_machine, tmp_path):
+    fake_machine(gpus=0, cuda_build=False)
+    with pytest.raises(devices.GPUNotAvailableError):
+        notebook.start("performanceTest", devices=["gpu"], results_path=str(tmp_path / "r.jsonl"))
+
+
+def test_unsupported_dtype_is_named(tmp_path):
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(ValueError, match="'int8'.*float32"):
+        notebook.start("performanceTest", dtype="int8", results_path=str(path))
+    assert not path.exists()
+
+
+def test_unwritable_results_path_is_named(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    bad = blocker / "results.jsonl"
+    with pytest.raises(results.ResultsPathError, match="a-file/results.jsonl"):
+        notebook.start("performanceTest", results_path=str(bad), profile="quick")
+    with pytest.raises(results.ResultsPathError, match="is a directory"):
+        notebook.start("performanceTest", results_path=str(tmp_path), profile="quick")
+
+
+def test_unknown_profile_is_named(tmp_path):
+    with pytest.raises(ValueError, match="'fast'.*full, quick"):
+        notebook.start("performanceTest", profile="fast", results_path=str(tmp_path / "r"))
+
+
+def test_start_resolves_profile_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBENCH_PROFILE", "quick")
+    cfg = notebook.start("performanceTest", results_path=str(tmp_path / "r.jsonl"))
+    assert cfg.profile == "quick" and cfg.sizes == [500, 1000, 1500, 2000]
+    assert cfg.devices == devices.list_devices()[1:] + ["cpu"]
+    assert json.loads(json.dumps(cfg.params))  # plain, printable values

@@ -1,0 +1,67 @@
+"""timing: statistics, measure() with warm-up, sync and repeats, and the EpochTimer."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from gpubench import timing
+
+
+def test_summarize_known_values():
+    stats = timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (stats.median, stats.min, stats.max, stats.iqr, stats.n) == (3.0, 1.0, 5.0, 2.0, 5)
+
+
+def test_summarize_single_value_has_zero_iqr():
+    assert timing.summarize([0.5]).iqr == 0.0
+
+
+def test_summarize_needs_values():
+    with pytest.raises(ValueError):
+        timing.summarize([])
+
+
+def test_measure_calls_warmup_plus_repeats_and_syncs_each(monkeypatch):
+    calls, syncs = [], []
+    monkeypatch.setattr(timing, "sync", lambda: syncs.append(1))
+    m = timing.measure(lambda: calls.append(1), warmup=3, repeats=4)
+    assert len(calls) == 7 and len(syncs) == 7
+    assert len(m.times) == 4 and m.stats.n == 4
+
+
+def test_first_call_is_reported_apart_from_the_median():
+    state = {"first": True}
+
+    def fn():
+        if state["first"]:
+            state["first"] = False
+            time.sleep(0.3)
+
+    m = timing.measure(fn, warmup=1, repeats=5)
+    assert m.first >= 0.3
+    assert m.stats.max < 0.3  # the slow first call is not among the repeats
+
+
+@pytest.mark.parametrize("warmup,repeats", [(0, 3), (1, 0), (1, -2), (1.5, 3), (True, 3)])
+def test_measure_rejects_bad_counts(warmup, repeats):
+    with pytest.raises(ValueError, match="must be an integer"):
+        timing.measure(lambda: None, warmup=warmup, repeats=repeats)
+
+
+def test_epoch_timer_times_every_epoch():
+    import keras
+
+    model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    timer = timing.EpochTimer()
+    x, y = np.ones((64, 4), "float32"), np.zeros((64, 2), "float32")
+    model.fit(x, y, epochs=3, batch_size=16, verbose=0, callbacks=[timer])
+    assert len(timer.epoch_seconds) == 3
+    assert all(s > 0 for s in timer.epoch_seconds)
+    assert timer.first_epoch_seconds == timer.epoch_seconds[0]
+    assert timer.steady.n == 2
+    assert timer.steady.median == pytest.approx(float(np.median(timer.epoch_seconds[1:])))
+    assert timer.total_seconds == pytest.approx(sum(timer.epoch_seconds))

@@ -1,0 +1,142 @@
+"""models and training: the book's architectures, honest epoch records, and learning checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import FASHION_DIR
+from gpubench import data, devices, models, notebook, profiles, results, training
+
+
+@pytest.mark.parametrize("name,params", [("mlp_h1000", 795_010), ("mnist_cnn", 242_062),
+                                         ("cifar_cnn", 4_224_970)])
+def test_parameter_counts_match_the_book(name, params):
+    assert models.build(name).count_params() == params
+
+
+def test_mnist_models_output_logits_and_the_loss_knows():
+    for name in ("mlp_h1000", "mnist_cnn"):
+        model = models.build(name)
+        assert model.layers[-1].activation.__name__ == "linear"
+        assert model.loss.get_config()["from_logits"] is True
+
+
+def test_book_learning_rates_and_dropout():
+    rates = {name: float(models.build(name).optimizer.learning_rate.numpy())
+             for name in models.MODELS}
+    assert rates == pytest.approx({"mlp_h1000": 1e-3, "mnist_cnn": 1e-4, "cifar_cnn": 1e-3})
+    cnn = models.build("mnist_cnn")
+    assert [l.rate for l in cnn.layers if l.__class__.__name__ == "Dropout"] == [0.2]
+    assert [l.output.shape[-1] for l in cnn.layers if l.__class__.__name__ == "Flatten"] == [1764]
+    cifar = models.build("cifar_cnn")
+    assert [l.rate for l in cifar.layers if l.__class__.__name__ == "Dropout"] == [0.25] * 4
+
+
+def test_dropout_is_off_when_evaluating():
+    model = models.build("mnist_cnn")
+    x = np.random.default_rng(0).random((8, 28, 28, 1)).astype("float32")
+    a, b = model(x, training=False), model(x, training=False)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(model(x, training=True)), np.asarray(a))
+
+
+def test_prepare_splits_like_the_book():
+    ds = data.load("mnist", source="synthetic", max_train_samples=1200, verbose=False)
+    split = training.prepare("mlp_h1000", ds)
+    assert split.x_train.shape == (1100, 784) and split.x_val.shape == (100, 784)
+    assert split.x_train.dtype == np.float32 and 0.0 <= split.x_train.min() <= split.x_train.max() <= 1.0
+    cifar = data.load("cifar10", source="synthetic", max_train_samples=500, verbose=False)
+    assert training.prepare("cifar_cnn", cifar).x_val.shape == (100, 32, 32, 3)
+    with pytest.raises(ValueError, match="cifar_cnn needs"):
+        training.prepare("cifar_cnn", ds)
+
+
+def test_train_record_is_complete_and_consistent(tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    ds = data.load("mnist", source="synthetic", max_train_samples=1200, verbose=False)
+    model = training.build_model("mlp_h1000", "cpu")
+    run = training.train(model, ds, epochs=3, batch_size=100, device="cpu", store=store,
+                         env="test", notebook="Mnist_MLP_h1000", verbose=0)
+    (record,) = store.read()
+    results.validate(record)
+    assert record["status"] == "ok" and record["data_source"] == "synthetic"
+    assert record["model"] == "mlp_h1000" and record["train_samples"] == 1100
+    assert len(record["epoch_seconds"]) == 3
+    assert record["first_epoch_seconds"] == record["epoch_seconds"][0]
+    assert record["steady_epoch_seconds"] == pytest.approx(np.median(record["epoch_seconds"][1:]))
+    assert record["total_seconds"] == pytest.approx(sum(record["epoch_seconds"]))
+    assert record["samples_per_second"] == pytest.approx(1100 / record["steady_epoch_seconds"])
+    assert record["test_accuracy"] == pytest.approx(run.test_accuracy)
+    assert len(run.history["loss"]) == 3
+    assert "synthetic" in training.summary(record) and "NOT the real dataset" in training.summary(record)
+
+
+def test_interrupted_training_keeps_the_epochs_measured(tmp_path):
+    import keras
+
+    class StopAfterTwo(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    ds = data.load("mnist", source="synthetic", max_train_samples=600, verbose=False)
+    model = training.build_model("mlp_h1000", "cpu")
+    original_fit = model.fit
+    model.fit = lambda *a, **k: original_fit(*a, **{**k, "callbacks": k["callbacks"] + [StopAfterTwo()]})
+    with pytest.raises(KeyboardInterrupt):
+        training.train(model, ds, epochs=5, batch_size=100, device="cpu", store=store, verbose=0)
+    (record,) = store.read()
+    assert record["status"] == "error" and "KeyboardInterrupt after 2 epoch(s)" in record["error"]
+    assert len(record["epoch_seconds"]) == 2
+
+
+@pytest.mark.parametrize("field,value", [("epochs", 0), ("epochs", -3), ("batch_size", 0),
+                                         ("batch_size", 2.5), ("max_train_samples", -1)])
+def test_bad_training_values_are_named_and_nothing_is_written(tmp_path, field, value):
+    path = tmp_path / "results.jsonl"
+    with pytest.raises(ValueError, match=f"{field}.*{value}"):
+        notebook.start("Mnist_MLP_h1000", results_path=str(path), data_source="synthetic",
+                       **{field: value})
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("field,value", [("dataset", "imagenet"), ("data_source", "s3")])
+def test_bad_data_choices_are_named(tmp_path, field, value):
+    with pytest.raises(ValueError, match=value):
+        notebook.start("Mnist_CNN", results_path=str(tmp_path / "r.jsonl"), **{field: value})
+
+
+def test_gpu_request_without_gpu_stops(fake_machine, tmp_path):
+    fake_machine(gpus=0, cuda_build=False)
+    with pytest.raises(devices.GPUNotAvailableError, match="CPU-only build"):
+        notebook.start("Keras_Cifar_CNN", device="gpu", results_path=str(tmp_path / "r.jsonl"))
+
+
+def test_confusion_matrix_counts_pairs():
+    matrix = training.confusion_matrix([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 2, 0], classes=3)
+    assert matrix.tolist() == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
+
+
+def test_mlp_learns_synthetic_data_in_the_quick_profile():
+    """A broken pipeline (labels shuffled, inputs unscaled, wrong loss) would miss this."""
+    quick = profiles.DEFAULTS["quick"]["Mnist_MLP_h1000"]
+    ds = data.load("mnist", source="synthetic", max_train_samples=quick["max_train_samples"],
+                   verbose=False)
+    model = training.build_model("mlp_h1000", "cpu")
+    run = training.train(model, ds, epochs=quick["epochs"], batch_size=quick["batch_size"],
+                         device="cpu", verbose=0)
+    assert run.test_accuracy >= 0.90
+
+
+def test_mlp_learns_real_fashion_mnist_in_one_epoch():
+    if not (FASHION_DIR / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"real Fashion-MNIST files absent from {FASHION_DIR}: "
+                    "`apt install dataset-fashion-mnist` (.ci/run does) to run this check")
+    ds = data.load("fashion_mnist", source="dir", data_dir=FASHION_DIR, verbose=False)
+    assert ds.source == "dir" and len(ds.x_train) == 60_000
+    model = training.build_model("mlp_h1000", "cpu")
+    run = training.train(model, ds, epochs=1, batch_size=100, device="cpu", verbose=0)
+    assert run.record["train_samples"] == 55_000
+    assert run.test_accuracy >= 0.80

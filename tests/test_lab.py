@@ -1,0 +1,57 @@
+"""`make lab`: Jupyter Server on loopback lists the gpubench-cpu kernel and every notebook."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import NOTEBOOKS, REPO, python_env
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(port: int, path: str, token: str) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_jupyter_server_lists_kernel_and_notebooks(tmp_path, cpu_kernel):
+    port, token = _free_port(), "gpubench-test-token"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={NOTEBOOKS}",
+         "--ServerApp.port_retries=0"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=python_env(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime")))
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                specs = _get(port, "/api/kernelspecs", token)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if server.poll() is not None or time.time() > deadline:
+                    pytest.fail("Jupyter Server did not start: " + server.stderr.read()[-2000:])
+                time.sleep(0.5)
+        assert cpu_kernel in specs["kernelspecs"]
+        listed = {item["name"] for item in _get(port, "/api/contents/", token)["content"]}
+        expected = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+        assert len(expected) == 5 and expected <= listed
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

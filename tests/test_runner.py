@@ -1,0 +1,187 @@
+"""gpubench run / report end to end: run directory, two envs, failures, resume, bad usage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REPO, python_env
+from gpubench import results
+
+pytestmark = pytest.mark.slow
+RUN = [sys.executable, "-m", "gpubench", "run"]
+
+
+def _run(args, env=None, timeout=1200):
+    return subprocess.run(RUN + args, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env or python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+
+
+def test_quick_run_writes_the_whole_run_directory(quick_run):
+    for nb in ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN"):
+        out = quick_run / "cpu" / f"{nb}.ipynb"
+        assert out.exists(), out
+        assert not any(o.output_type == "error" for c in nbformat.read(out, 4).cells
+                       if c.cell_type == "code" for o in c.outputs)
+    records = results.read_records(quick_run)
+    assert {r["notebook"] for r in records} == {"performanceTest", "Mnist_MLP_h1000",
+                                                "Mnist_CNN", "Keras_Cifar_CNN"}
+    assert {r["env"] for r in records} == {"cpu"}
+    assert len({r["run_id"] for r in records}) == 1
+    for png in ("matmul_time.png", "matmul_gflops.png", "epoch_times.png"):
+        assert (quick_run / png).stat().st_size > 1000, png
+    report = (quick_run / "report.md").read_text()
+    assert "## Training: the book's table" in report and "## Matrix multiplication" in report
+    assert "make setup GPU=1" in report  # only the CPU env: says how to add the GPU env
+    assert "**(synthetic)**" in report
+    assert "![Time against matrix size](matmul_time.png)" in report
+
+
+def test_quick_run_summary(quick_run_output):
+    assert "4 ok" in quick_run_output
+    assert "Report:" in quick_run_output
+
+
+@pytest.fixture
+def variant_kernel(tmp_path, monkeypatch, cpu_kernel):
+    """A second CPU env: the gpubench-cpu kernel with oneDNN turned off, on JUPYTER_PATH."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
+    folder = tmp_path / "jupyter" / "kernels" / "gpubench-cpu-noonednn"
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({
+        "argv": spec.argv, "display_name": "gpubench-cpu without oneDNN", "language": "python",
+        "env": {"TF_ENABLE_ONEDNN_OPTS": "0"}}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return "cpu-noonednn"
+
+
+def test_two_envs_are_compared(tmp_path, variant_kernel):
+    out = tmp_path / "run"
+    proc = _run(["--profile", "quick", "--envs", f"cpu,{variant_kernel}", "--notebooks",
+                 "performanceTest,Mnist_MLP_h1000", "--out", str(out)],
+                env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = results.read_records(out)
+    variant = [r for r in records if r["env"] == variant_kernel]
+    assert variant and all(r["environment"]["tf_env"].get("TF_ENABLE_ONEDNN_OPTS") == "0"
+                           for r in variant)
+    assert (out / variant_kernel / "Mnist_MLP_h1000.ipynb").exists()
+    report = (out / "report.md").read_text()
+    host = records[0]["environment"]["hostname"]
+    assert f"| {host} · cpu |" in report and f"| {host} · {variant_kernel} |" in report
+    mlp_rows = [l for l in report.splitlines() if l.startswith("| MNIST MLP h1000")]
+    assert len(mlp_rows) == 2 and "baseline" in mlp_rows[0] and "%" in mlp_rows[1]
+
+
+def test_a_failing_notebook_leaves_the_others_done(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(["--profile", "quick", "--envs", "cpu", "--notebooks",
+                 "performanceTest,Mnist_MLP_h1000", "--param", "performanceTest:sizes=[0]",
+                 "--out", str(out)])
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "failed" in proc.stdout and "1 ok, 1 failed" in proc.stdout
+    assert "matrix size 0 is not a positive integer" in proc.stdout
+    kept = nbformat.read(out / "cpu" / "performanceTest.ipynb", 4)
+    assert any(o.output_type == "error" for c in kept.cells if c.cell_type == "code"
+               for o in c.outputs)
+    records = results.read_records(out)
+    assert [r["notebook"] for r in records] == ["Mnist_MLP_h1000"]
+    assert (out / "report.md").exists()
+
+
+def test_resume_after_an_interrupted_run(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(RUN + ["--profile", "quick", "--envs", "cpu", "--notebooks",
+                                   "Mnist_MLP_h1000,Mnist_CNN", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+    manifest = out / "run.json"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if manifest.exists() and json.loads(manifest.read_text())["jobs"][0]["status"] == "ok":
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the first notebook never finished")
+    time.sleep(5)  # the second notebook is now running
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, output[-3000:]
+    assert "--resume" in output
+    jobs = json.loads(manifest.read_text())["jobs"]
+    assert [j["status"] for j in jobs] == ["ok", "interrupted"]
+    first_output = out / "cpu" / "Mnist_MLP_h1000.ipynb"
+    stamp = first_output.stat().st_mtime_ns
+    done = [r for r in results.read_records(out) if r["notebook"] == "Mnist_MLP_h1000"]
+    assert len(done) == 1
+
+    resumed = _run(["--resume", str(out)])
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert "1 notebook(s) already done, 1 to run" in resumed.stdout
+    assert first_output.stat().st_mtime_ns == stamp  # not run again
+    assert [j["status"] for j in json.loads(manifest.read_text())["jobs"]] == ["ok", "ok"]
+    records = results.read_records(out)
+    assert [r["notebook"] for r in records if r["status"] == "ok"] == ["Mnist_MLP_h1000",
+                                                                         "Mnist_CNN"]
+    assert (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--envs", "tpu"], "unknown env(s) tpu"),
+    (["--notebooks", "Mnist_RNN"], "unknown notebook(s) Mnist_RNN"),
+    (["--profile", "fast"], "invalid choice: 'fast'"),
+    (["--param", "sizes"], "bad --param 'sizes'"),
+    (["--resume", "."], "is not a run directory"),
+])
+def test_bad_usage_exits_2(args, message):
+    proc = _run(args, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+
+
+def test_out_that_is_not_a_run_directory_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    proc = _run(["--out", str(tmp_path)], timeout=120)
+    assert proc.returncode == 2 and "not a run directory" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_missing_env_is_skipped_with_the_command(tmp_path):
+    proc = _run(["--profile", "quick", "--envs", "gpu", "--out", str(tmp_path / "r")], timeout=120)
+    assert "SKIPPED env gpu" in proc.stdout and "make setup GPU=1" in proc.stdout
+    assert proc.returncode == 1  # nothing ran
+
+
+def test_report_merges_two_machines(tmp_path, quick_run):
+    other = tmp_path / "other-machine"
+    other.mkdir()
+    lines = []
+    for record in results.read_records(quick_run):
+        record["environment"]["hostname"] = "lab-gpu-box"
+        lines.append(json.dumps(record))
+    (other / "results.jsonl").write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "gpubench", "report", str(quick_run), str(other),
+                           "--out", str(tmp_path / "merged")], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "merged" / "report.md").read_text()
+    host = results.read_records(quick_run)[0]["environment"]["hostname"]
+    assert f"{host} · cpu" in report and "lab-gpu-box · cpu" in report
+    assert "### lab-gpu-box · cpu" in report
+
+
+def test_report_of_a_missing_run_is_bad_input(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "gpubench", "report", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "not a run directory" in proc.stderr

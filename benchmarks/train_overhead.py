@@ -1,0 +1,87 @@
+"""gpubench's timed training against a bare `model.fit`, on the same model and arrays.
+
+Runs in one process and alternates the two for several rounds, on the same
+compiled model (weights carry on, which does not change the cost of an epoch).
+Prints the steady-state (median of epochs 2..n) epoch time of each and their
+ratio; target: gpubench's overhead at most 5%.
+
+    python benchmarks/train_overhead.py [--models mlp_h1000,mnist_cnn,cifar_cnn]
+                                        [--rounds 3] [--epochs 3] [--samples 12000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gpubench as gb
+
+
+class _Bare:
+    """The lightest possible epoch clock: two perf_counter calls, nothing else."""
+
+    def __init__(self):
+        import keras
+
+        class Clock(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.times, self._t = [], 0.0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self._t = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.times.append(time.perf_counter() - self._t)
+
+        self.clock = Clock()
+
+
+def bare_fit(model, split, epochs: int, batch_size: int) -> list[float]:
+    """Plain model.fit with the same arguments gpubench uses; returns epoch seconds."""
+    clock = _Bare().clock
+    model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
+              validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
+    return clock.times
+
+
+def gpubench_fit(model, data, epochs: int, batch_size: int) -> list[float]:
+    """gpubench.training.train, as the notebooks call it (record built, not stored)."""
+    run = gb.training.train(model, data, epochs=epochs, batch_size=batch_size, device="cpu",
+                            env="benchmark", verbose=0)
+    return run.record["epoch_seconds"]
+
+
+def main() -> None:
+    """Alternate the two for each model and print the steady epoch times and ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp_h1000,mnist_cnn,cifar_cnn")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=12000)
+    args = parser.parse_args()
+    env = gb.results.environment_snapshot()
+    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}; "
+          f"{args.rounds} rounds x {args.epochs} epochs, {args.samples} images, synthetic data")
+    print(f"{'model':<10} {'gpubench steady':>16} {'bare fit steady':>16} {'overhead':>9}")
+    for name in args.models.split(","):
+        dataset = "cifar10" if name == "cifar_cnn" else "mnist"
+        data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples,
+                            verbose=False)
+        split = gb.training.prepare(name, data)
+        batch = gb.models.BOOK_SETTINGS[name]["batch_size"]
+        model = gb.training.build_model(name, "cpu")
+        steady = {"gpubench": [], "bare": []}
+        for i in range(args.rounds):
+            order = ("gpubench", "bare") if i % 2 == 0 else ("bare", "gpubench")
+            for who in order:
+                times = (gpubench_fit(model, data, args.epochs, batch) if who == "gpubench"
+                         else bare_fit(model, split, args.epochs, batch))
+                steady[who] += times[1:]
+        g, b = statistics.median(steady["gpubench"]), statistics.median(steady["bare"])
+        print(f"{name:<10} {g:>14.3f} s {b:>14.3f} s {100 * (g / b - 1):>+8.1f}%")
+
+
+if __name__ == "__main__":
+    main()

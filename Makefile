@@ -31,4 +31,4 @@ test: setup
 	$(DRIVER) -m pytest $(PYTEST_ARGS)
 
 lab: setup
-	cd notebooks && $(DRIVER) -m jupyter lab
+	cd notebooks && $(DRIVER) -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -35,7 +35,7 @@ def test_jupyter_server_lists_kernel_and_notebooks(tmp_path, cpu_kernel):
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ip=127.0.0.1",
          f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={NOTEBOOKS}",
-         "--ServerApp.port_retries=0"],
+         "--ServerApp.port_retries=0", "--allow-root"],  # CI runs as root; harmless otherwise
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=python_env(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime")))
     try:

@@ -57,6 +57,20 @@ def test_stored_outputs_come_from_a_full_run(name):
         assert "epochs=15" in text
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_parameters_cell_is_the_contract_and_papermill_reads_it(name):
+    import papermill
+
+    found = list(papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb")))
+    expected = (["run_dirs", "out"] if name == "Compare_CPU_GPU"
+                else profiles.parameter_names(name))
+    assert found == expected
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    assert all(line.split("=")[1].split("#")[0].strip() == "None"
+               for line in cell.source.splitlines() if line.strip())
+
+
 def _papermill(name: str, tmp_path, kernel: str, *params: str) -> tuple[str, list[dict]]:
     out = tmp_path / f"{name}.ipynb"
     results_path = tmp_path / "results.jsonl"

@@ -269,7 +269,7 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
     bar = tqdm(total=total, unit="s", file=sys.stderr, dynamic_ncols=True,
                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]",
                disable=not sys.stderr.isatty())  # a log file gets the start lines below instead
-    started = time.perf_counter()
+    started, done = time.perf_counter(), 0.0  # bar.n stays 0 when the bar is disabled
     handler = _TqdmHandler(bar)
     logger = logging.getLogger("papermill")
     logger.addHandler(handler)
@@ -280,8 +280,9 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             handler.prefix = f"{job.env}/{job.notebook}"
             bar.set_description(f"[{number}/{len(runnable)}] {job.env}/{job.notebook}")
             bar.write(_start_line(number, len(runnable), job, time.perf_counter() - started,
-                                  bar.n, total))
+                                  done, total))
             _execute(job, run_dir, manifest)
+            done += expected[job.notebook]
             bar.update(expected[job.notebook])
             bar.write(f"{job.env}/{job.notebook}: {job.status} in {job.seconds:.0f} s"
                       + (f" — {job.error}" if job.error else ""))

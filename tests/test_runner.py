@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import nbformat
 import pytest
 
 from conftest import REPO, python_env
-from gpubench import results
+from gpubench import profiles, results
 
 pytestmark = pytest.mark.slow
 RUN = [sys.executable, "-m", "gpubench", "run"]
@@ -48,6 +49,17 @@ def test_quick_run_writes_the_whole_run_directory(quick_run):
 def test_quick_run_summary(quick_run_output):
     assert "4 ok" in quick_run_output
     assert "Report:" in quick_run_output
+
+
+def test_quick_run_progress_lines_estimate_what_is_left(quick_run_output):
+    """Without a terminal (CI, a log file) each job starts with "[k/N] env/nb (elapsed, left)"."""
+    lines = re.findall(r"^\[(\d)/4\] cpu/(\w+)  \(elapsed (\d+):(\d\d), about (\d+):(\d\d) left\)$",
+                       quick_run_output, re.M)
+    assert [int(k) for k, *_ in lines] == [1, 2, 3, 4]
+    left = [int(m) * 60 + int(s) for *_, m, s in lines]
+    expected = profiles.EXPECTED_SECONDS["quick"]
+    assert left[0] == sum(expected[n] for n in profiles.NOTEBOOKS)  # nothing measured yet
+    assert left[1] != left[0] and left[3] < left[0]  # then it scales by the time measured so far
 
 
 @pytest.fixture

@@ -288,8 +288,9 @@ def plot_epoch_bars(records: list[dict], path_or_ax=None):
         ax.set_title(MODEL_TITLES[model])
         ax.set_ylabel("seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))  # room below for the legend, clear of the bars
     return fig
 
 

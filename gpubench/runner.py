@@ -216,6 +216,22 @@ def _parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     return params
 
 
+def kernel_config() -> dict:
+    """Keyword arguments for papermill (or a KernelManager) that encrypt the kernel's channels.
+
+    ipykernel 7 warns on every start that its loopback TCP channels are not
+    encrypted. jupyter_client 8.8+ provisions CurveZMQ keys when asked and the
+    kernelspec declares support, which `ipykernel install` does; elsewhere this
+    asks for nothing and the kernel starts as before.
+    """
+    from jupyter_client.manager import KernelManager  # noqa: PLC0415
+    from traitlets.config import Config  # noqa: PLC0415
+
+    if "transport_encryption" not in KernelManager.class_trait_names():
+        return {}
+    return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
+
+
 def _execute(job: Job, run_dir: Path, manifest: dict) -> None:
     """Run one notebook with papermill; set the job's status, time and error."""
     import papermill  # noqa: PLC0415 - only the driver env has it
@@ -227,7 +243,11 @@ def _execute(job: Job, run_dir: Path, manifest: dict) -> None:
         papermill.execute_notebook(
             str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
             parameters=_parameters(job, run_dir, manifest), kernel_name=job.kernel,
-            log_output=True, progress_bar=False, cwd=str(notebooks_dir()),
+            log_output=True, progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
+            # Every record is already on disk when a notebook ends or Ctrl-C stops it, so the
+            # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
+            # it print a zmq traceback.
+            shutdown_kernel="immediate",
         )
         job.status, job.error = "ok", None
     except papermill.PapermillExecutionError as exc:

@@ -1,0 +1,122 @@
+"""The runner's own cost: kernel start and papermill per notebook, against the same code run directly.
+
+For each notebook (quick profile, synthetic data), alternating for a few rounds:
+- papermill: what `gpubench run` does, executing the notebook in the gpubench-cpu kernel;
+- direct: the notebook's code cells, with the same parameters, as one plain
+  `python` script in a fresh process.
+Also times a bare kernel start (start, run `1`, shut down). Prints medians and
+the overhead per notebook.
+
+    python benchmarks/runner_overhead.py [--rounds 2] [--notebooks performanceTest,Mnist_MLP_h1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+from jupyter_client.manager import KernelManager
+
+from gpubench import runner
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+KERNEL = "gpubench-cpu"
+
+
+def parameters(results: Path) -> dict:
+    """What the runner passes to a notebook in the CPU env (quick profile)."""
+    return {"profile": "quick", "env_name": "cpu", "results_path": str(results)}
+
+
+def via_papermill(name: str, work: Path) -> float:
+    """Wall time of papermill executing the notebook in the kernel, as `gpubench run` does."""
+    params = parameters(work / "papermill.jsonl")
+    if name != "performanceTest":
+        params["device"] = "cpu"
+    start = time.perf_counter()
+    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(work / f"{name}.ipynb"),
+                               parameters=params, kernel_name=KERNEL, progress_bar=False,
+                               cwd=str(NOTEBOOKS), shutdown_kernel="immediate",
+                               **runner.kernel_config())
+    return time.perf_counter() - start
+
+
+def as_script(name: str, results: Path) -> str:
+    """The notebook's code cells as one script, the parameters set after the parameters cell."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    params = parameters(results)
+    if name != "performanceTest":
+        params["device"] = "cpu"
+    lines = ["from IPython.display import display"]
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines.append(cell.source)
+        if "parameters" in cell.metadata.get("tags", []):
+            lines += [f"{key} = {value!r}" for key, value in params.items()]
+    return "\n".join(lines) + "\n"
+
+
+def direct(name: str, work: Path) -> float:
+    """Wall time of the same code as a plain Python process."""
+    script = work / f"{name}.py"
+    script.write_text(as_script(name, work / "direct.jsonl"))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, str(script)], cwd=NOTEBOOKS, check=True,
+                   stdout=subprocess.DEVNULL, env={**os.environ, "MPLBACKEND": "Agg"})
+    return time.perf_counter() - start
+
+
+def kernel_start() -> float:
+    """Start the gpubench-cpu kernel, run `1`, shut it down."""
+    start = time.perf_counter()
+    manager = KernelManager(kernel_name=KERNEL, **runner.kernel_config())
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    client.execute_interactive("1", timeout=60, output_hook=lambda msg: None)
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    """Alternate papermill and direct runs per notebook; print medians and overheads."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--notebooks",
+                        default="performanceTest,Mnist_MLP_h1000,Mnist_CNN,Keras_Cifar_CNN")
+    args = parser.parse_args()
+    os.environ.setdefault("GPUBENCH_DATA_SOURCE", "synthetic")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        starts = [kernel_start() for _ in range(3)]
+        print(f"kernel start + `1` + shutdown: median {statistics.median(starts):.2f} s of 3")
+        print(f"{'notebook':<18} {'papermill':>10} {'direct':>10} {'overhead':>10}")
+        totals = {"papermill": 0.0, "direct": 0.0}
+        for name in args.notebooks.split(","):
+            times = {"papermill": [], "direct": []}
+            for i in range(args.rounds):
+                order = ("papermill", "direct") if i % 2 == 0 else ("direct", "papermill")
+                for how in order:
+                    run = via_papermill if how == "papermill" else direct
+                    times[how].append(run(name, work))
+            pm, dr = statistics.median(times["papermill"]), statistics.median(times["direct"])
+            totals["papermill"] += pm
+            totals["direct"] += dr
+            print(f"{name:<18} {pm:>8.1f} s {dr:>8.1f} s {pm - dr:>+8.1f} s")
+        pm, dr = totals["papermill"], totals["direct"]
+        print(f"{'all':<18} {pm:>8.1f} s {dr:>8.1f} s {pm - dr:>+8.1f} s ({100 * (pm / dr - 1):+.0f}%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -220,7 +220,7 @@ def kernel_config() -> dict:
     """Keyword arguments for papermill (or a KernelManager) that encrypt the kernel's channels.
 
     ipykernel 7 warns on every start that its loopback TCP channels are not
-    encrypted. jupyter_client 8.8+ provisions CurveZMQ keys when asked and the
+    encrypted. Recent jupyter_client (8.10 here) provisions CurveZMQ keys when asked and the
     kernelspec declares support, which `ipykernel install` does; elsewhere this
     asks for nothing and the kernel starts as before.
     """

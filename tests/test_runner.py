@@ -193,6 +193,26 @@ def test_missing_env_is_skipped_with_the_command(tmp_path):
     assert proc.returncode == 1  # nothing ran
 
 
+def test_gpu_env_whose_tensorflow_sees_no_gpu_fails_fast(tmp_path, monkeypatch, cpu_kernel):
+    """A gpubench-gpu kernel running a CPU-only TensorFlow is never timed on the CPU."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
+    folder = tmp_path / "jupyter" / "kernels" / "gpubench-gpu"
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({
+        "argv": spec.argv, "display_name": "gpubench-gpu (CPU-only TF)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    out = tmp_path / "r"
+    proc = _run(["--profile", "quick", "--envs", "gpu", "--out", str(out)], timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED env gpu:" in proc.stdout and "CPU-only build" in proc.stdout
+    jobs = json.loads((out / "run.json").read_text())["jobs"]
+    assert {j["status"] for j in jobs} == {"failed"} and len(jobs) == 4
+    assert all("CPU-only build" in j["error"] and j["seconds"] is None for j in jobs)
+    assert not (out / "gpu").exists() and not (out / "results.jsonl").exists()
+
+
 def test_report_merges_two_machines(tmp_path, quick_run):
     other = tmp_path / "other-machine"
     other.mkdir()

@@ -1,7 +1,7 @@
 """The runner's own cost: kernel start and papermill per notebook, against the same code run directly.
 
 For each notebook (quick profile, synthetic data), alternating for a few rounds:
-- papermill: what `gpubench run` does, executing the notebook in the gpubench-cpu kernel;
+- papermill: `gpubench run`'s own job execution, the notebook in the gpubench-cpu kernel;
 - direct: the notebook's code cells, with the same parameters, as one plain
   `python` script in a fresh process.
 Also times a bare kernel start (start, run `1`, shut down). Prints medians and
@@ -22,39 +22,28 @@ import time
 from pathlib import Path
 
 import nbformat
-import papermill
 from jupyter_client.manager import KernelManager
 
 from gpubench import runner
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 KERNEL = "gpubench-cpu"
+MANIFEST = {"profile": "quick", "params": {}}  # what `gpubench run --profile quick` stores
 
 
-def parameters(results: Path) -> dict:
-    """What the runner passes to a notebook in the CPU env (quick profile)."""
-    return {"profile": "quick", "env_name": "cpu", "results_path": str(results)}
+def via_runner(name: str, work: Path) -> float:
+    """Wall time of the runner executing the notebook in the kernel, as `gpubench run` does."""
+    job = runner.Job("cpu", name)
+    runner.execute(job, work, MANIFEST)
+    if job.status != "ok":
+        raise SystemExit(f"{name} failed under the runner: {job.error}")
+    return job.seconds
 
 
-def via_papermill(name: str, work: Path) -> float:
-    """Wall time of papermill executing the notebook in the kernel, as `gpubench run` does."""
-    params = parameters(work / "papermill.jsonl")
-    if name != "performanceTest":
-        params["device"] = "cpu"
-    start = time.perf_counter()
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(work / f"{name}.ipynb"),
-                               parameters=params, kernel_name=KERNEL, progress_bar=False,
-                               cwd=str(NOTEBOOKS), shutdown_kernel="immediate",
-                               **runner.kernel_config())
-    return time.perf_counter() - start
-
-
-def as_script(name: str, results: Path) -> str:
-    """The notebook's code cells as one script, the parameters set after the parameters cell."""
+def as_script(name: str, work: Path) -> str:
+    """The notebook's code cells as one script, the runner's parameters set after the parameters cell."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    params = parameters(results)
-    if name != "performanceTest":
-        params["device"] = "cpu"
+    params = runner.job_parameters(runner.Job("cpu", name), work, MANIFEST)
     lines = ["from IPython.display import display"]
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -68,7 +57,7 @@ def as_script(name: str, results: Path) -> str:
 def direct(name: str, work: Path) -> float:
     """Wall time of the same code as a plain Python process."""
     script = work / f"{name}.py"
-    script.write_text(as_script(name, work / "direct.jsonl"))
+    script.write_text(as_script(name, work))
     start = time.perf_counter()
     subprocess.run([sys.executable, str(script)], cwd=NOTEBOOKS, check=True,
                    stdout=subprocess.DEVNULL, env={**os.environ, "MPLBACKEND": "Agg"})
@@ -108,7 +97,7 @@ def main() -> None:
             for i in range(args.rounds):
                 order = ("papermill", "direct") if i % 2 == 0 else ("direct", "papermill")
                 for how in order:
-                    run = via_papermill if how == "papermill" else direct
+                    run = via_runner if how == "papermill" else direct
                     times[how].append(run(name, work))
             pm, dr = statistics.median(times["papermill"]), statistics.median(times["direct"])
             totals["papermill"] += pm

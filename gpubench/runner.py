@@ -204,7 +204,8 @@ def gpu_problem(env: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def _parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
+def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
+    """The papermill parameters of one job: profile, env, results path, device, and --param values."""
     params = {"profile": manifest["profile"], "env_name": job.env,
               "results_path": str((run_dir / "results.jsonl").resolve())}
     if job.notebook != "performanceTest":
@@ -232,7 +233,7 @@ def kernel_config() -> dict:
     return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
 
 
-def _execute(job: Job, run_dir: Path, manifest: dict) -> None:
+def execute(job: Job, run_dir: Path, manifest: dict) -> None:
     """Run one notebook with papermill; set the job's status, time and error."""
     import papermill  # noqa: PLC0415 - only the driver env has it
 
@@ -242,7 +243,7 @@ def _execute(job: Job, run_dir: Path, manifest: dict) -> None:
     try:
         papermill.execute_notebook(
             str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
-            parameters=_parameters(job, run_dir, manifest), kernel_name=job.kernel,
+            parameters=job_parameters(job, run_dir, manifest), kernel_name=job.kernel,
             log_output=True, progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
             # Every record is already on disk when a notebook ends or Ctrl-C stops it, so the
             # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
@@ -301,7 +302,7 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             bar.set_description(f"[{number}/{len(runnable)}] {job.env}/{job.notebook}")
             bar.write(_start_line(number, len(runnable), job, time.perf_counter() - started,
                                   done, total))
-            _execute(job, run_dir, manifest)
+            execute(job, run_dir, manifest)
             done += expected[job.notebook]
             bar.update(expected[job.notebook])
             bar.write(f"{job.env}/{job.notebook}: {job.status} in {job.seconds:.0f} s"

@@ -70,18 +70,23 @@ def test_quick_run_progress_lines_estimate_what_is_left(quick_run_output):
         done += expected[name]
 
 
-@pytest.fixture
-def variant_kernel(tmp_path, monkeypatch, cpu_kernel):
-    """A second CPU env: the gpubench-cpu kernel with oneDNN turned off, on JUPYTER_PATH."""
+def _kernel_like(cpu_kernel: str, name: str, tmp_path, monkeypatch, **extra) -> None:
+    """Register kernel `name` on a temporary JUPYTER_PATH, running the gpubench-cpu kernel's Python."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
-    folder = tmp_path / "jupyter" / "kernels" / "gpubench-cpu-noonednn"
+    folder = tmp_path / "jupyter" / "kernels" / name
     folder.mkdir(parents=True)
-    (folder / "kernel.json").write_text(json.dumps({
-        "argv": spec.argv, "display_name": "gpubench-cpu without oneDNN", "language": "python",
-        "env": {"TF_ENABLE_ONEDNN_OPTS": "0"}}))
+    (folder / "kernel.json").write_text(json.dumps({"argv": spec.argv, "language": "python",
+                                                    **extra}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+
+
+@pytest.fixture
+def variant_kernel(tmp_path, monkeypatch, cpu_kernel):
+    """A second CPU env: the gpubench-cpu kernel with oneDNN turned off, on JUPYTER_PATH."""
+    _kernel_like(cpu_kernel, "gpubench-cpu-noonednn", tmp_path, monkeypatch,
+                 display_name="gpubench-cpu without oneDNN", env={"TF_ENABLE_ONEDNN_OPTS": "0"})
     return "cpu-noonednn"
 
 
@@ -195,14 +200,8 @@ def test_missing_env_is_skipped_with_the_command(tmp_path):
 
 def test_gpu_env_whose_tensorflow_sees_no_gpu_fails_fast(tmp_path, monkeypatch, cpu_kernel):
     """A gpubench-gpu kernel running a CPU-only TensorFlow is never timed on the CPU."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
-    folder = tmp_path / "jupyter" / "kernels" / "gpubench-gpu"
-    folder.mkdir(parents=True)
-    (folder / "kernel.json").write_text(json.dumps({
-        "argv": spec.argv, "display_name": "gpubench-gpu (CPU-only TF)", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    _kernel_like(cpu_kernel, "gpubench-gpu", tmp_path, monkeypatch,
+                 display_name="gpubench-gpu (CPU-only TF)")
     out = tmp_path / "r"
     proc = _run(["--profile", "quick", "--envs", "gpu", "--out", str(out)], timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -19,11 +19,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+SCHEMA = 2
+# Versions this code reads: 1 lacks `attempt` and the mode fields (read as None).
+KNOWN_SCHEMAS = (1, 2)
 
 COMMON_FIELDS = (
     "schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
-    "timestamp", "environment",
+    "timestamp", "attempt", "environment",
 )
 MATMUL_FIELDS = (
     "size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats", "gflops",
@@ -32,13 +34,23 @@ TRAIN_FIELDS = (
     "model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
     "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
     "samples_per_second", "test_accuracy", "test_loss",
+    # the mode it ran in (issue 9): what Keras resolved, not what was asked for
+    "jit_compile", "precision", "steps_per_execution", "input_pipeline", "flops_per_sample",
+    "achieved_gflops",
+)
+SCALING_FIELDS = TRAIN_FIELDS + (
+    "strategy", "replicas", "workers", "global_batch_size", "per_replica_batch_size",
+    "scaling", "scaling_efficiency",
 )
 # Fields beyond DESIGN.md's list that gpubench also records.
 EXTRA_FIELDS = {
-    "matmul": ("first_seconds", "seconds_iqr"),
-    "train": ("validation_samples", "steady_epoch_iqr"),
+    "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
+    "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
+              "time_boxed", "steady_epoch_min"),
+    "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
+                "virtual_devices", "devices", "final_loss"),
 }
-BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS}
+BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
 ENVIRONMENT_FIELDS = (
     "python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version", "cudnn_version",
     "os", "cpu_model", "cpu_count", "ram_gb", "gpus", "git_commit", "hostname", "tf_env",
@@ -68,6 +80,15 @@ def current_run_id() -> str:
 @functools.lru_cache(maxsize=None)
 def _process_run_id() -> str:
     return new_run_id()
+
+
+def current_attempt() -> int:
+    """The runner's attempt number of the job writing records (GPUBENCH_ATTEMPT), else 1."""
+    text = os.environ.get("GPUBENCH_ATTEMPT", "1")
+    try:
+        return max(1, int(text))
+    except ValueError:
+        return 1
 
 
 def default_env_name() -> str:
@@ -110,6 +131,7 @@ def make_record(
         "status": status,
         "error": error,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "attempt": current_attempt(),
         "environment": environment if environment is not None else environment_snapshot(),
     }
     for name in allowed:

@@ -8,6 +8,7 @@ that was already measured.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import json
 import math
@@ -16,12 +17,15 @@ import platform
 import shutil
 import subprocess
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 SCHEMA = 2
-# Versions this code reads: 1 lacks `attempt` and the mode fields (read as None).
+# Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None).
 KNOWN_SCHEMAS = (1, 2)
+SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
+                   "flops_per_sample", "achieved_gflops")
 
 COMMON_FIELDS = (
     "schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
@@ -60,10 +64,29 @@ TF_ENV_VARS = ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
                "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
                "TF_NUM_INTEROP_THREADS")
 STATUSES = ("ok", "oom", "error", "skipped")
+# Types of the fields the report computes with (None: a value may be missing).
+_NUMBER = (int, float, type(None))
+FIELD_TYPES = {
+    "env": str, "notebook": str, "device": str, "attempt": int, "environment": dict,
+    "size": int, "method": (str, type(None)), "seconds": _NUMBER, "gflops": _NUMBER,
+    "model": (str, type(None)), "epochs": (int, type(None)), "train_samples": (int, type(None)),
+    "total_seconds": _NUMBER, "steady_epoch_seconds": _NUMBER, "replicas": (int, type(None)),
+}
+WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
+                errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied"}
 
 
 class ResultsPathError(ValueError):
     """The results path cannot be written."""
+
+
+class ResultsWriteError(OSError):
+    """A record could not be appended (full or read-only disk); the message names the path."""
+
+
+def write_problem(exc: OSError) -> str:
+    """A failed write in words: "the disk is full", "the file system is read-only", ..."""
+    return WRITE_ERRORS.get(exc.errno, exc.strerror or str(exc))
 
 
 def new_run_id() -> str:
@@ -140,14 +163,23 @@ def make_record(
 
 
 def validate(record: dict) -> None:
-    """Raise ValueError naming the first field that is missing from `record`."""
+    """Raise ValueError naming the first field of `record` that is missing or of a wrong type."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     benchmark = record.get("benchmark")
     if benchmark not in BENCHMARK_FIELDS:
-        raise ValueError(f"record has unknown benchmark {benchmark!r}")
+        raise ValueError(f"record has unknown benchmark {benchmark!r}; "
+                         f"expected one of {sorted(BENCHMARK_FIELDS)}")
     for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark]:
         if name not in record:
             raise ValueError(f"{benchmark} record lacks the field {name!r}")
-    missing = [k for k in ENVIRONMENT_FIELDS if k not in (record["environment"] or {})]
+        wanted = FIELD_TYPES.get(name)
+        value = record[name]
+        if wanted and (isinstance(value, bool) or not isinstance(value, wanted)):
+            raise ValueError(f"{benchmark} field {name!r} has the wrong type: {value!r}")
+    if record["status"] not in STATUSES:
+        raise ValueError(f"record has unknown status {record['status']!r}")
+    missing = [k for k in ENVIRONMENT_FIELDS if k not in record["environment"]]
     if missing:
         raise ValueError(f"record environment lacks {missing}")
 
@@ -185,13 +217,19 @@ class ResultsStore:
             ) from None
 
     def append(self, record: dict) -> dict:
-        """Validate `record`, append it as one line, flush it to disk, and return it."""
+        """Validate `record`, append it as one line, sync it to disk, and return it.
+
+        A last line cut off by a crash or a full disk is ended with a newline first,
+        so it never swallows this record. A failed write raises ResultsWriteError.
+        """
         validate(record)
-        line = json.dumps(_json_safe(record), allow_nan=False)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        data = (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
+        try:
+            _append_bytes(self.path, data)
+        except OSError as exc:
+            raise ResultsWriteError(
+                exc.errno, f"cannot append a record to {str(self.path)!r}: {write_problem(exc)}; "
+                "free some space (or make it writable) and resume the run") from exc
         return record
 
     def read(self) -> list[dict]:
@@ -199,27 +237,63 @@ class ResultsStore:
         return read_records(self.path)
 
 
-def read_records(path: str | os.PathLike) -> list[dict]:
+def _append_bytes(path: Path, data: bytes) -> None:
+    """Append `data` with O_APPEND and fsync, after a newline if the last line was cut off."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def parse_line(line: str) -> dict:
+    """One results line as a record; ValueError says why it cannot be read."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
+    schema = record.get("schema")
+    if schema not in KNOWN_SCHEMAS:
+        raise ValueError(f"unknown schema version {schema!r}; this gpubench reads "
+                         f"{list(KNOWN_SCHEMAS)}: update gpubench to read it")
+    if schema == 1:
+        record.setdefault("attempt", 1)
+        for name in SCHEMA_2_FIELDS:
+            record.setdefault(name, None)
+    validate(record)
+    return record
+
+
+def read_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[dict]:
     """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
 
-    A last line cut short by a crash is skipped; a bad line elsewhere is an error.
+    A line that cannot be read (cut off, unknown schema, missing or mistyped fields)
+    is skipped with a warning naming the file and line; it is also added to `problems`.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
-    lines = path.read_text(encoding="utf-8").splitlines()
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):
-                continue  # interrupted mid-write; everything before it is intact
-            raise ValueError(f"{path}:{number} is not a JSON record; the file is damaged") from None
+            records.append(parse_line(line))
+        except ValueError as exc:
+            message = f"{path}:{number}: skipped: {exc}"
+            warnings.warn(message, stacklevel=2)
+            if problems is not None:
+                problems.append(message)
     return records
 
 
@@ -322,18 +396,11 @@ def _run(cmd: list[str]) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def project_dir() -> Path | None:
-    """The gpubench checkout containing the current directory (holds pyproject.toml and gpubench/)."""
-    start = Path.cwd().resolve()
-    for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").exists() and (folder / "gpubench").is_dir():
-            return folder
-    return None
-
-
 def runs_dir() -> Path:
-    """Where run directories go by default: runs/ of the project (else of the current directory)."""
-    return (project_dir() or Path.cwd().resolve()) / "runs"
+    """Where run directories go by default: runs/ of the project."""
+    from gpubench import envs  # noqa: PLC0415 - envs is stdlib-only but large
+
+    return envs.project_root() / "runs"
 
 
 def default_results_path() -> Path:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import platform
 import subprocess
 
@@ -14,8 +16,8 @@ from gpubench import results
 
 def _record(**fields):
     fields.setdefault("environment", {k: None for k in results.ENVIRONMENT_FIELDS})
-    return results.make_record("matmul", notebook="nb", env="cpu", device="cpu", size=10,
-                               dtype="float32", method="book", seconds=1.0, **fields)
+    fields = {"size": 10, "dtype": "float32", "method": "book", "seconds": 1.0, **fields}
+    return results.make_record("matmul", notebook="nb", env="cpu", device="cpu", **fields)
 
 
 def test_record_has_every_schema_field():
@@ -62,14 +64,91 @@ os._exit(9)  # no clean-up, no buffers flushed at exit
     assert [r["size"] for r in results.read_records(path)] == [1, 2, 3]
 
 
-def test_truncated_last_line_is_skipped_but_damage_elsewhere_is_an_error(tmp_path):
+def _lines(path):
+    return path.read_text().splitlines()
+
+
+def test_append_ends_a_cut_off_last_line_first(tmp_path):
     path = tmp_path / "results.jsonl"
     good = json.dumps(_record())
-    path.write_text(good + "\n" + good[:40])
-    assert len(results.read_records(tmp_path)) == 1
-    path.write_text(good[:40] + "\n" + good + "\n")
-    with pytest.raises(ValueError, match=":1 is not a JSON record"):
-        results.read_records(path)
+    path.write_text(good + "\n" + good[:40])  # a crash or a full disk cut the last write
+    store = results.ResultsStore(path)
+    store.append(_record(size=20))
+    lines = _lines(path)
+    assert lines[1] == good[:40] and json.loads(lines[2])["size"] == 20
+    with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not a JSON record"):
+        assert [r["size"] for r in results.read_records(tmp_path)] == [10, 20]
+
+
+def test_a_full_disk_midway_names_the_path_and_the_next_append_repairs(tmp_path, monkeypatch):
+    path = tmp_path / "results.jsonl"
+    store = results.ResultsStore(path)
+    store.append(_record(size=1))
+    real_write = os.write
+
+    def full_disk(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(results.ResultsWriteError, match="disk is full") as caught:
+        store.append(_record(size=2))
+    assert str(path) in str(caught.value)
+    monkeypatch.setattr(os, "write", real_write)
+    store.append(_record(size=3))
+    problems = []
+    with pytest.warns(UserWarning, match=":2: skipped"):
+        records = results.read_records(path, problems)
+    assert [r["size"] for r in records] == [1, 3]
+    assert len(_lines(path)) == 3 and problems == [f"{path}:2: skipped: not a JSON record "
+                                                    "(cut off by a crash or a full disk?)"]
+
+
+def test_a_read_only_disk_says_so(tmp_path, monkeypatch):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(results.ResultsWriteError, match="read-only.*r.jsonl|r.jsonl.*read-only"):
+        store.append(_record())
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("{}", "unknown schema version None"),
+    ('{"schema": 3}', "unknown schema version 3"),
+    ("[1, 2]", "JSON object, not list"),
+    ('{"schema": 2, "benchmark": "matmul"}', "lacks the field 'run_id'"),
+    ("SIZE500", "field 'size' has the wrong type: '500'"),
+    ("ENVNULL", "field 'environment' has the wrong type: None"),
+])
+def test_unreadable_records_are_skipped_naming_the_line(tmp_path, line, reason):
+    good = _record()
+    if line == "SIZE500":
+        line = json.dumps({**good, "size": "500"})
+    if line == "ENVNULL":
+        line = json.dumps({**good, "environment": None})
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(good) + "\n" + line + "\n" + json.dumps(good) + "\n")
+    problems = []
+    with pytest.warns(UserWarning) as warned:
+        assert len(results.read_records(path, problems)) == 2
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:2: skipped: ")
+    assert reason in problems[0] and str(warned[0].message) == problems[0]
+
+
+def test_schema_1_records_read_as_attempt_1(tmp_path):
+    old = {k: v for k, v in _record().items() if k != "attempt"}
+    old["schema"] = 1
+    train = results.make_record("train", notebook="nb", env="cpu", device="cpu", model="mlp_h1000",
+                                environment=old["environment"])
+    train = {k: v for k, v in train.items() if k not in ("attempt",) + results.SCHEMA_2_FIELDS}
+    train["schema"] = 1
+    (tmp_path / "results.jsonl").write_text(json.dumps(old) + "\n" + json.dumps(train) + "\n")
+    records = results.read_records(tmp_path)
+    assert [r["attempt"] for r in records] == [1, 1]
+    assert records[1]["jit_compile"] is None
 
 
 def test_missing_results_name_the_fix(tmp_path):

@@ -7,7 +7,10 @@ against the CPU env of the same machine.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,19 +27,55 @@ ADD_GPU_HINT = (
 
 # ---------------------------------------------------------------- loading
 
-def load(run_dirs: list[str | os.PathLike]) -> list[dict]:
-    """Records of every run directory, each tagged with its column label (`_column`)."""
+class ReportWriteError(ValueError):
+    """The report could not be written (full or read-only disk); the message names the path."""
+
+
+def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
+    """Records of each job's latest attempt in every run dir, tagged with their column (`_column`).
+
+    Unreadable lines are skipped with a warning and added to `problems`.
+    """
     tagged = []
     for run_dir in run_dirs:
-        for record in results.read_records(run_dir):
+        for record in results.read_records(run_dir, problems):
             record["_run_dir"] = str(run_dir)
             tagged.append(record)
     _label_columns(tagged)
-    return latest(tagged)
+    return _dedupe(latest_attempts(tagged))
+
+
+def latest_attempts(records: list[dict]) -> list[dict]:
+    """Only the records of each job's latest attempt (a job: run dir, env and notebook)."""
+    def job(record: dict) -> tuple:
+        return record.get("_run_dir"), record["env"], record["notebook"]
+
+    last: dict[tuple, int] = {}
+    for record in records:
+        last[job(record)] = max(last.get(job(record), 0), record["attempt"])
+    return [r for r in records if r["attempt"] == last[job(r)]]
+
+
+def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[str]]:
+    """[run, env, notebook, status, first line of error] of every job in run.json not "ok"."""
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        return []
+    try:
+        jobs = json.loads(path.read_text(encoding="utf-8"))["jobs"]
+        rows = [[Path(run_dir).name, job["env"], job["notebook"], job["status"],
+                 (job.get("error") or "").strip().split("\n")[0]]
+                for job in jobs if job["status"] != "ok"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        message = f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not shown"
+        warnings.warn(message, stacklevel=2)
+        problems.append(message)
+        return []
+    return rows
 
 
 def _machine(record: dict) -> str:
-    return (record.get("environment") or {}).get("hostname") or "machine"
+    return record["environment"].get("hostname") or "machine"
 
 
 def _label_columns(records: list[dict]) -> None:
@@ -52,15 +91,17 @@ def _label_columns(records: list[dict]) -> None:
 
 
 def _key(record: dict) -> tuple:
-    column = record.get("_column", record["env"])
+    """What one measurement is: a later record of the same key replaces it (hand re-runs)."""
+    fixed = (record.get("_column", record["env"]), record["benchmark"], record["device"])
     if record["benchmark"] == "matmul":
-        return (column, "matmul", record["device"], record["size"], record["method"],
-                record["dtype"])
-    return (column, "train", record["device"], record["model"])
+        return fixed + (record["size"], record["method"], record.get("dtype"))
+    return fixed + (record["notebook"], record["model"], record.get("factor"),
+                    record.get("batch_size"), record.get("precision"), record.get("jit_compile"),
+                    record.get("steps_per_execution"), record.get("input_pipeline"),
+                    record.get("replicas"), record.get("workers"))
 
 
-def latest(records: list[dict]) -> list[dict]:
-    """Keep the last record of each measurement (a resumed run re-measures what was cut short)."""
+def _dedupe(records: list[dict]) -> list[dict]:
     kept = {}
     for record in records:
         kept[_key(record)] = record
@@ -219,9 +260,14 @@ def matmul_table(records: list[dict]) -> str:
 
 # ---------------------------------------------------------------- training
 
+def book_train(records: list[dict]) -> list[dict]:
+    """Train records of the book's chapters (not Speed_Factors variants)."""
+    return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
+
+
 def training_rows(records: list[dict]) -> list[list]:
     """The book's table: per model and column, total time, % saved and speedup vs the CPU env."""
-    train = [r for r in records if r["benchmark"] == "train"]
+    train = book_train(records)
     by_key = {(r["model"], r["_column"]): r for r in train}
     rows = []
     for model in [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]:
@@ -364,27 +410,52 @@ def environment_rows(records: list[dict]) -> list[list]:
     return rows
 
 
-def _save(fig, path: Path) -> str:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+def problems_section(records: list[dict], jobs: list[list[str]], problems: list[str]) -> list[str]:
+    """Markdown lines: failed or skipped jobs, records not "ok", and lines the reader skipped."""
+    lines = []
+    if jobs:
+        lines += ["Jobs that did not finish (from run.json):", "",
+                  md_table(["run", "env", "notebook", "status", "error"], jobs), ""]
+    bad = [r for r in records if r["status"] != "ok"]
+    if bad:
+        lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
+                  f"{(r.get('error') or '').strip().split(chr(10))[0]}".rstrip() for r in bad]
+        lines += [""]
+    if problems:
+        lines += ["Lines skipped while reading results:", ""]
+        lines += [f"- `{p}`" for p in problems] + [""]
+    return (["## What went wrong", ""] + lines) if lines else []
 
-    plt.close(fig)
-    return path.name
+
+def _write(out: Path, text: str, charts: dict) -> Path:
+    """Save the charts, then report.md atomically; a failed write raises ReportWriteError."""
+    report = out / "report.md"
+    tmp = out / "report.md.tmp"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, fig in charts.items():
+            fig.savefig(out / name, dpi=110, bbox_inches="tight")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(report)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise ReportWriteError(
+            f"cannot write the report to {str(out)!r}: {results.write_problem(exc)}; "
+            "free some space or pass --out with a writable folder") from None
+    return report
 
 
 def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = None) -> Path:
     """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir)."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     if not run_dirs:
         raise ValueError("no run directory given; pass at least one, e.g. runs/20261202T1830Z")
-    records = load(run_dirs)
+    problems: list[str] = []
+    records = load(run_dirs, problems)
+    jobs = [row for d in run_dirs for row in failed_jobs(d, problems)]
     out = Path(out or run_dirs[0])
-    out.mkdir(parents=True, exist_ok=True)
     cols = columns(records)
+    charts = {}
     lines = ["# gpubench report", "",
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
              + f" · columns: {', '.join(cols) or 'none'}", ""]
@@ -395,7 +466,7 @@ def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = Non
         lines += ["> **Synthetic data** was used where the table says so: the timings are "
                   "real, the accuracies are not comparable with the book's.", ""]
 
-    train = [r for r in records if r["benchmark"] == "train"]
+    train = book_train(records)
     if train:
         lines += ["## Training: the book's table", "",
                   "Total time is all epochs (the book's number, 15 epochs in the full profile); "
@@ -403,9 +474,9 @@ def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = Non
                   "compilation. Time saved and speedup compare each env with the CPU env of "
                   "the same machine.", "",
                   md_table(TRAINING_HEADERS, training_rows(records)), ""]
-        if _ok(records, "train"):
-            name = _save(plot_epoch_bars(records), out / "epoch_times.png")
-            lines += [f"![Epoch times]({name})", ""]
+        if _ok(train, "train"):
+            charts["epoch_times.png"] = plot_epoch_bars(train)
+            lines += ["![Epoch times](epoch_times.png)", ""]
 
     matmul = [r for r in records if r["benchmark"] == "matmul"]
     if matmul:
@@ -418,34 +489,20 @@ def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = Non
                       f"Crossover (rigorous): {crossover_text(col, 'rigorous')}; "
                       f"(book's single timing): {crossover_text(col, 'book')}.", "",
                       matmul_table(col), ""]
-        charts = [("matmul_time.png", "Time against matrix size", "seconds"),
-                  ("matmul_gflops.png", "GFLOP/s against matrix size", "gflops")]
-        for filename, title, metric in charts:
-            fig, ax = plt.subplots(figsize=(8, 5))
-            plot_matmul(matmul, metric, ax)
-            lines += [f"![{title}]({_save(fig, out / filename)})", ""]
-        fig, ax = plt.subplots(figsize=(8, 5))
-        if plot_speedup(matmul, ax) is not None:
-            lines += [f"![GPU speedup]({_save(fig, out / 'matmul_speedup.png')})", ""]
-        else:
-            plt.close(fig)
+        charts["matmul_time.png"] = plot_matmul(matmul, "seconds").figure
+        charts["matmul_gflops.png"] = plot_matmul(matmul, "gflops").figure
+        lines += ["![Time against matrix size](matmul_time.png)", "",
+                  "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
+        ax = plot_speedup(matmul)
+        if ax is not None:
+            charts["matmul_speedup.png"] = ax.figure
+            lines += ["![GPU speedup](matmul_speedup.png)", ""]
 
-    problems = [r for r in records if r["status"] != "ok"]
-    if problems:
-        lines += ["## Problems", ""]
-        lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
-                  f"{r.get('error') or ''}".rstrip() for r in problems]
-        lines += [""]
-
+    lines += problems_section(records, jobs, problems)
     lines += ["## Environments", "",
               md_table(["machine · env", "CPU", "GPU", "TensorFlow", "Python", "commit", "data"],
                        environment_rows(records)), ""]
-    report = out / "report.md"
-    tmp = report.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(report)
-    return report
-
+    return _write(out, "\n".join(lines), charts)
 
 
 def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:

@@ -80,8 +80,13 @@ class ResultsPathError(ValueError):
     """The results path cannot be written."""
 
 
-class ResultsWriteError(OSError):
+class ResultsWriteError(ResultsPathError):
     """A record could not be appended (full or read-only disk); the message names the path."""
+
+    def __init__(self, message: str, errno_: int | None = None) -> None:
+        """Keep the OS error number beside the message."""
+        super().__init__(message)
+        self.errno = errno_
 
 
 def write_problem(exc: OSError) -> str:
@@ -228,8 +233,8 @@ class ResultsStore:
             _append_bytes(self.path, data)
         except OSError as exc:
             raise ResultsWriteError(
-                exc.errno, f"cannot append a record to {str(self.path)!r}: {write_problem(exc)}; "
-                "free some space (or make it writable) and resume the run") from exc
+                f"cannot append a record to {str(self.path)!r}: {write_problem(exc)}; "
+                "free some space (or make it writable) and resume the run", exc.errno) from exc
         return record
 
     def read(self) -> list[dict]:

@@ -1,0 +1,140 @@
+"""report: known records in, the numbers a reader sees in report.md out."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from gpubench import report, results
+
+
+def _env(host: str = "vm") -> dict:
+    env = {k: None for k in results.ENVIRONMENT_FIELDS}
+    env.update(hostname=host, gpus=[], cuda_build=False, cpu_model="Test CPU", cpu_count=2,
+               ram_gb=4.0, tensorflow="2.21", keras="3.15", python="3.11")
+    return env
+
+
+def matmul(env: str, device: str, size: int, seconds: float, *, method: str = "rigorous",
+           host: str = "vm", **fields) -> dict:
+    """A matmul record of one size."""
+    return results.make_record(
+        "matmul", notebook="performanceTest", env=env, device=device, size=size,
+        dtype="float32", method=method, seconds=seconds, gflops=2 * size**3 / seconds / 1e9,
+        repeats=3, environment=_env(host), **fields)
+
+
+def train(env: str, total: float, *, model: str = "mlp_h1000", host: str = "vm",
+          notebook: str = "Mnist_MLP_h1000", **fields) -> dict:
+    """A train record: 15 epochs of the book's MLP taking `total` seconds."""
+    fields = {"dataset": "mnist", "data_source": "keras", "epochs": 15, "batch_size": 100,
+              "train_samples": 55000, "total_seconds": total, "first_epoch_seconds": total / 10,
+              "steady_epoch_seconds": total / 16, "epoch_seconds": [total / 15] * 15,
+              "test_accuracy": 0.95, "jit_compile": False, "precision": "float32",
+              "steps_per_execution": 1, "input_pipeline": "arrays", **fields}
+    return results.make_record("train", notebook=notebook, env=env, device=env, model=model,
+                               environment=_env(host), **fields)
+
+
+def write_run(run_dir: Path, records: list[dict], jobs: list[dict] | None = None) -> Path:
+    """A run directory holding `records` (and run.json with `jobs`)."""
+    store = results.ResultsStore(run_dir / "results.jsonl")
+    for record in records:
+        store.append(record)
+    if jobs is not None:
+        (run_dir / "run.json").write_text(json.dumps({"jobs": jobs}))
+    return run_dir
+
+
+def build_text(*run_dirs: Path) -> str:
+    """report.md's text for `run_dirs`."""
+    return report.build(list(run_dirs)).read_text()
+
+
+def table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """Cells of every Markdown table row whose first cell is `first_cell`."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith(f"| {first_cell} |")]
+
+
+def job(env: str, notebook: str, status: str, error: str | None = None) -> dict:
+    """One job of run.json as the runner writes it."""
+    return {"env": env, "notebook": notebook, "status": status, "error": error,
+            "seconds": 1.0, "attempt": 1}
+
+
+# ---------------------------------------------------------------- issue 7: attempts, problems
+
+def test_only_each_jobs_latest_attempt_counts(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBENCH_ATTEMPT", "1")
+    first = [train("cpu", 500.0), matmul("cpu", "cpu", 500, 9.0), train("gpu", 50.0)]
+    monkeypatch.setenv("GPUBENCH_ATTEMPT", "2")
+    second = [train("cpu", 100.0), matmul("cpu", "cpu", 1000, 2.0)]
+    text = build_text(write_run(tmp_path, first + second))
+    cpu, gpu = table_rows(text, "MNIST MLP h1000")
+    assert cpu[4] == "100 s" and gpu[4] == "50 s"  # attempt 1 of the cpu job is ignored
+    assert table_rows(text, "500") == [] and table_rows(text, "1000") != []
+
+
+def test_failed_and_skipped_jobs_are_listed_with_the_first_line_of_their_error(tmp_path):
+    jobs = [job("cpu", "Mnist_MLP_h1000", "ok"),
+            job("cpu", "Mnist_CNN", "failed", "ValueError: epochs must be positive\nTraceback"),
+            job("gpu", "performanceTest", "skipped", "no GPU env")]
+    text = build_text(write_run(tmp_path, [train("cpu", 10.0)], jobs))
+    assert "## What went wrong" in text
+    assert table_rows(text, tmp_path.name) == [
+        [tmp_path.name, "cpu", "Mnist_CNN", "failed", "ValueError: epochs must be positive"],
+        [tmp_path.name, "gpu", "performanceTest", "skipped", "no GPU env"]]
+    assert "Traceback" not in text
+
+
+def test_a_clean_run_has_no_problems_section(tmp_path):
+    text = build_text(write_run(tmp_path, [train("cpu", 10.0)], [job("cpu", "Mnist_MLP_h1000",
+                                                                      "ok")]))
+    assert "What went wrong" not in text
+
+
+@pytest.mark.parametrize("content", ["", "{not json", '{"jobs": [{"env": "cpu"}]}'])
+def test_an_unreadable_run_json_is_named_and_the_report_still_written(tmp_path, content):
+    write_run(tmp_path, [train("cpu", 10.0)])
+    (tmp_path / "run.json").write_text(content)
+    with pytest.warns(UserWarning, match="run.json: unreadable job list"):
+        text = build_text(tmp_path)
+    assert f"{tmp_path / 'run.json'}: unreadable job list" in text
+    assert table_rows(text, "MNIST MLP h1000")
+
+
+def test_skipped_lines_are_listed_and_the_rest_reported(tmp_path):
+    write_run(tmp_path, [train("cpu", 10.0)])
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        fh.write('{"schema": 99}\n' + json.dumps({**train("gpu", 5.0), "size": "500"})[:-1]
+                 + ', "epochs": "15"}\n{"sche')
+    with pytest.warns(UserWarning):
+        text = build_text(tmp_path)
+    assert f"results.jsonl:2: skipped: unknown schema version 99" in text
+    assert f"results.jsonl:3: skipped: train field 'epochs' has the wrong type: '15'" in text
+    assert f"results.jsonl:4: skipped: not a JSON record" in text
+    assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
+
+
+@pytest.mark.parametrize("code,words", [(errno.ENOSPC, "the disk is full"),
+                                        (errno.EROFS, "the file system is read-only")])
+def test_a_failed_report_write_is_a_clear_error_and_leaves_the_old_report(
+        tmp_path, monkeypatch, code, words):
+    write_run(tmp_path, [train("cpu", 10.0)])
+    (tmp_path / "report.md").write_text("old report")
+    real = Path.write_text
+
+    def failing(self, text, *args, **kwargs):
+        real(self, text[:10], *args, **kwargs)  # part of it reached the disk
+        raise OSError(code, "fault injected")
+
+    monkeypatch.setattr(Path, "write_text", failing)
+    with pytest.raises(report.ReportWriteError, match=words) as caught:
+        report.build([tmp_path])
+    assert str(tmp_path) in str(caught.value)
+    assert (tmp_path / "report.md").read_text() == "old report"
+    assert not (tmp_path / "report.md.tmp").exists()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpubench._tf import tensorflow
+from gpubench.checks import positive_int
 
 
 def sync() -> None:
@@ -56,15 +57,6 @@ class Measurement:
         """Statistics of the timed repeats (the first call is not among them)."""
         return summarize(self.times)
 
-    def as_dict(self) -> dict:
-        """Plain-dict form, handy for printing and records."""
-        return {"first": self.first, "times": list(self.times), **asdict(self.stats)}
-
-
-def _check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measurement:
@@ -74,8 +66,8 @@ def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measure
     is timed and reported as `first`; it never enters the statistics. Each call is
     followed by a device sync before the clock stops.
     """
-    _check_count("warmup", warmup, 1)
-    _check_count("repeats", repeats, 1)
+    positive_int("warmup", warmup)
+    positive_int("repeats", repeats)
     start = time.perf_counter()
     fn()
     sync()

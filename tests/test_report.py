@@ -138,3 +138,50 @@ def test_a_failed_report_write_is_a_clear_error_and_leaves_the_old_report(
     assert str(tmp_path) in str(caught.value)
     assert (tmp_path / "report.md").read_text() == "old report"
     assert not (tmp_path / "report.md.tmp").exists()
+
+
+# ---------------------------------------------------------------- issue 8: the numbers
+
+def test_one_machine_cpu_env_against_gpu_env(tmp_path):
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)]))
+    cpu, gpu = table_rows(text, "MNIST MLP h1000")
+    headers = report.TRAINING_HEADERS
+    saved, speedup = headers.index("time saved vs CPU env"), headers.index("speedup")
+    assert (cpu[1], cpu[saved], cpu[speedup]) == ("vm · cpu", "baseline", "1.00x")
+    assert (gpu[1], gpu[saved], gpu[speedup]) == ("vm · gpu", "30%", "1.43x")
+
+
+def test_two_machines_each_compare_with_their_own_cpu_env(tmp_path):
+    a = write_run(tmp_path / "a", [train("cpu", 100.0, host="a"), train("gpu", 80.0, host="a")])
+    b = write_run(tmp_path / "b", [train("cpu", 200.0, host="b"), train("gpu", 50.0, host="b")])
+    rows = table_rows(build_text(a, b), "MNIST MLP h1000")
+    saved, speedup = (report.TRAINING_HEADERS.index(h)
+                      for h in ("time saved vs CPU env", "speedup"))
+    assert [(r[1], r[saved], r[speedup]) for r in rows] == [
+        ("a · cpu", "baseline", "1.00x"), ("a · gpu", "20%", "1.25x"),
+        ("b · cpu", "baseline", "1.00x"), ("b · gpu", "75%", "4.00x")]
+
+
+def test_a_slower_gpu_shows_negative_savings(tmp_path):
+    rows = table_rows(build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 125.0)])),
+                      "MNIST MLP h1000")
+    assert rows[1][7:9] == ["-25%", "0.80x"]
+
+
+def _sweep(gpu_seconds: float) -> list[dict]:
+    """CPU time grows with size (size/1000 s), the GPU's stays flat: they cross where equal."""
+    records = []
+    for size in range(500, 3001, 500):
+        records.append(matmul("gpu", "cpu", size, size / 1000))
+        records.append(matmul("gpu", "gpu", size, gpu_seconds))
+    return records
+
+
+@pytest.mark.parametrize("gpu_seconds,words", [
+    (1.6, "the GPU wins from 2000 x 2000 up"),
+    (0.1, "the GPU wins at every size measured (from 500)"),
+    (9.0, "the GPU never beat the CPU at the sizes measured"),
+])
+def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words):
+    text = build_text(write_run(tmp_path, _sweep(gpu_seconds)))
+    assert f"Crossover (rigorous): {words};" in text

@@ -47,7 +47,7 @@ def test_first_call_is_reported_apart_from_the_median():
 
 @pytest.mark.parametrize("warmup,repeats", [(0, 3), (1, 0), (1, -2), (1.5, 3), (True, 3)])
 def test_measure_rejects_bad_counts(warmup, repeats):
-    with pytest.raises(ValueError, match="must be an integer"):
+    with pytest.raises(ValueError, match="must be a positive integer"):
         timing.measure(lambda: None, warmup=warmup, repeats=repeats)
 
 
@@ -65,3 +65,22 @@ def test_epoch_timer_times_every_epoch():
     assert timer.steady.n == 2
     assert timer.steady.median == pytest.approx(float(np.median(timer.epoch_seconds[1:])))
     assert timer.total_seconds == pytest.approx(sum(timer.epoch_seconds))
+
+
+def test_epoch_timer_syncs_once_per_epoch_inside_the_timed_epoch(monkeypatch):
+    import keras
+
+    syncs = []
+
+    def slow_sync():
+        syncs.append(1)
+        time.sleep(0.05)  # the device finishing queued work: it must count in the epoch
+
+    monkeypatch.setattr(timing, "sync", slow_sync)
+    model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    timer = timing.EpochTimer()
+    model.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), epochs=3, batch_size=8,
+              verbose=0, callbacks=[timer])
+    assert len(syncs) == 3
+    assert all(s >= 0.05 for s in timer.epoch_seconds)

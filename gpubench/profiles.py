@@ -1,8 +1,14 @@
-"""Profiles: the parameter defaults of each notebook, `full` (the book's settings) and `quick`.
+"""Profiles: the parameters of each notebook, their accepted choices, and their defaults.
 
-A notebook parameter left as None takes the profile's default. `profile=None`
-reads GPUBENCH_PROFILE (else "full"), `data_source=None` reads
-GPUBENCH_DATA_SOURCE (else "auto"), `data_dir=None` reads GPUBENCH_DATA_DIR.
+`full` is the book's settings, `quick` a smoke run. A training chapter's
+parameters cell shows the book's values (`epochs = 15`); in the quick profile,
+every value still equal to the book's is replaced by the quick one, and the
+notebook prints what it changed. A parameter left as None takes the profile's
+default. `profile=None` reads GPUBENCH_PROFILE (else "full"), `data_source=None`
+reads GPUBENCH_DATA_SOURCE (else "auto"), `data_dir=None` reads GPUBENCH_DATA_DIR.
+
+No TensorFlow and no numpy here: the runner checks parameters with these
+tables before any kernel starts.
 """
 
 from __future__ import annotations
@@ -14,32 +20,45 @@ NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN
 TRAINING_NOTEBOOKS = {"Mnist_MLP_h1000": "mlp_h1000", "Mnist_CNN": "mnist_cnn",
                       "Keras_Cifar_CNN": "cifar_cnn"}
 
+# The values a parameter (or each item of a list parameter) may take.
+CHOICES = {
+    "model": tuple(TRAINING_NOTEBOOKS.values()),
+    "dtype": ("float32", "float64", "float16", "bfloat16"),
+    "xla": ("off", "on", "auto"),
+    "precision": ("float32", "mixed_float16", "mixed_bfloat16"),
+    "input_pipeline": ("arrays", "tf.data", "on_device"),
+    "scaling": ("weak", "strong"),
+}
+
 COMMON = {"profile": None, "results_path": None, "env_name": None}
 MATMUL_PARAMS = {"sizes": None, "devices": None, "repeats": None, "dtype": None}
 TRAIN_PARAMS = {"device": None, "epochs": None, "batch_size": None, "max_train_samples": None,
-                "dataset": None, "data_source": None, "data_dir": None}
+                "dataset": None, "data_source": None, "data_dir": None, "xla": None,
+                "precision": None}
+PARAMS = {"performanceTest": MATMUL_PARAMS, **{name: TRAIN_PARAMS for name in TRAINING_NOTEBOOKS}}
 
 _BOOK_SIZES = list(range(500, 5001, 500))
+_LIKE_FOR_LIKE = {"xla": "off", "precision": "float32"}  # the same mode in every env (issue 9)
 DEFAULTS = {
     "full": {
         "performanceTest": {"sizes": _BOOK_SIZES, "devices": None, "repeats": 5,
                             "dtype": "float32"},
         "Mnist_MLP_h1000": {"device": "auto", "epochs": 15, "batch_size": 100,
-                            "max_train_samples": None, "dataset": "mnist"},
+                            "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Mnist_CNN": {"device": "auto", "epochs": 15, "batch_size": 100,
-                      "max_train_samples": None, "dataset": "mnist"},
+                      "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Keras_Cifar_CNN": {"device": "auto", "epochs": 15, "batch_size": 128,
-                            "max_train_samples": None, "dataset": "cifar10"},
+                            "max_train_samples": None, "dataset": "cifar10", **_LIKE_FOR_LIKE},
     },
     "quick": {
         "performanceTest": {"sizes": [500, 1000, 1500, 2000], "devices": None, "repeats": 3,
                             "dtype": "float32"},
         "Mnist_MLP_h1000": {"device": "auto", "epochs": 3, "batch_size": 100,
-                            "max_train_samples": 12000, "dataset": "mnist"},
+                            "max_train_samples": 12000, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Mnist_CNN": {"device": "auto", "epochs": 3, "batch_size": 100,
-                      "max_train_samples": 10000, "dataset": "mnist"},
+                      "max_train_samples": 10000, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Keras_Cifar_CNN": {"device": "auto", "epochs": 3, "batch_size": 128,
-                            "max_train_samples": 5000, "dataset": "cifar10"},
+                            "max_train_samples": 5000, "dataset": "cifar10", **_LIKE_FOR_LIKE},
     },
 }
 
@@ -47,9 +66,9 @@ DEFAULTS = {
 # the runner weighs its progress bar and ETA with these.
 EXPECTED_SECONDS = {
     "full": {"performanceTest": 120, "Mnist_MLP_h1000": 90, "Mnist_CNN": 300,
-             "Keras_Cifar_CNN": 700, "Compare_CPU_GPU": 10},
+             "Keras_Cifar_CNN": 700},
     "quick": {"performanceTest": 30, "Mnist_MLP_h1000": 30, "Mnist_CNN": 30,
-              "Keras_Cifar_CNN": 40, "Compare_CPU_GPU": 10},
+              "Keras_Cifar_CNN": 40},
 }
 
 
@@ -71,27 +90,39 @@ def resolve_profile(profile: str | None) -> str:
 
 def parameter_names(notebook: str) -> list[str]:
     """The parameters a notebook takes, in the order of its parameters cell."""
-    specific = MATMUL_PARAMS if check_notebook(notebook) == "performanceTest" else TRAIN_PARAMS
-    return [*COMMON, *specific]
+    return [*COMMON, *PARAMS[check_notebook(notebook)]]
 
 
-def resolve(notebook: str, **given) -> dict:
-    """Fill the parameters left as None from the profile and the environment variables."""
+def check_names(notebook: str, given: dict) -> None:
+    """Raise naming every parameter in `given` that `notebook` does not take."""
     unknown = sorted(set(given) - set(parameter_names(notebook)))
     if unknown:
         raise ValueError(
-            f"unknown parameter(s) {unknown} for {notebook}; "
+            f"unknown parameter(s) {', '.join(unknown)} for {notebook}; "
             f"it takes {', '.join(parameter_names(notebook))}"
         )
+
+
+def resolve(notebook: str, **given) -> tuple[dict, dict]:
+    """Fill in the profile's values: (parameters, {name: (book value, quick value)} changed).
+
+    A parameter given as None takes the profile's default. In the quick profile, a
+    value still equal to the book's (the full profile's) takes the quick default.
+    """
+    check_names(notebook, given)
     profile = resolve_profile(given.get("profile"))
     params = {name: given.get(name) for name in parameter_names(notebook)}
     params["profile"] = profile
+    changed = {}
+    book = DEFAULTS["full"][notebook]
     for name, default in DEFAULTS[profile][notebook].items():
-        if params[name] is None:
+        if params[name] is None or params[name] == book[name]:
             params[name] = default
-    if notebook != "performanceTest":
+            if default != book[name]:
+                changed[name] = (book[name], default)
+    if "data_source" in params:
         if params["data_source"] is None:
             params["data_source"] = os.environ.get("GPUBENCH_DATA_SOURCE") or "auto"
         if params["data_dir"] is None:
             params["data_dir"] = os.environ.get("GPUBENCH_DATA_DIR") or None
-    return params
+    return params, changed

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import profiles, results
+from gpubench import notebook, profiles, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 NOISE = re.compile(r"^[IWE]\d{4} |oneDNN custom operations|absl::InitializeLog|cpu_feature_guard"
@@ -69,6 +69,60 @@ def test_parameters_cell_is_the_contract_and_papermill_reads_it(name):
     cell = next(c for c in nb.cells if c.cell_type == "code")
     assert all(line.split("=")[1].split("#")[0].strip() == "None"
                for line in cell.source.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("given,expected", [
+    ({"sizes": "[500, 1000]"}, {"sizes": [500, 1000]}),   # papermill -p passes a string
+    ({"sizes": "500,1000"}, {"sizes": [500, 1000]}),
+    ({"sizes": 1500, "devices": "/gpu:0"}, {"sizes": [1500], "devices": ["/gpu:0"]}),
+    ({"dtype": "float32,bfloat16"}, {"dtype": ["float32", "bfloat16"]}),
+    ({"dtype": "float16", "repeats": None}, {"dtype": "float16", "repeats": None}),
+])
+def test_check_params_reads_lists_as_papermill_passes_them(given, expected):
+    assert notebook.check_params("performanceTest", given) == expected
+
+
+@pytest.mark.parametrize("name,given,message", [
+    ("performanceTest", {"sizes": "500,big"}, r"sizes: 'big' is not a positive integer.*-y \"sizes: \["),
+    ("performanceTest", {"sizes": "[500,"}, r"not a list.*-y \"sizes: \[500, 1000\]\""),
+    ("performanceTest", {"devices": "cpu,tpu"}, r"unknown device 'tpu'"),
+    ("Mnist_CNN", {"xla": "yes"}, r"unknown xla 'yes'; use one of off, on, auto"),
+    ("Mnist_CNN", {"precision": "float16"}, r"unknown precision 'float16'.*mixed_float16"),
+    ("Mnist_CNN", {"epochs": 0}, r"epochs must be a positive integer, got 0"),
+    ("Mnist_CNN", {"device": "/TPU:0"}, r"unknown device '/TPU:0'"),
+    ("Mnist_CNN", {"dataset": "imagenet"}, r"unknown dataset 'imagenet'"),
+    ("Mnist_CNN", {"sizes": [500]}, r"unknown parameter\(s\) sizes for Mnist_CNN; it takes"),
+])
+def test_check_params_names_the_bad_value(name, given, message):
+    with pytest.raises(ValueError, match=message):
+        notebook.check_params(name, given)
+
+
+def test_check_params_loads_no_tensorflow():
+    script = ("import sys; from gpubench import notebook\n"
+              "notebook.check_params('Mnist_CNN', {'device': 'gpu:1', 'dataset': 'mnist', "
+              "'data_source': 'synthetic', 'xla': 'on'})\n"
+              "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", script], cwd=REPO).returncode == 0
+
+
+def test_quick_profile_replaces_the_book_values_and_says_so():
+    book = profiles.DEFAULTS["full"]["Mnist_CNN"]
+    params, changed = profiles.resolve("Mnist_CNN", profile="quick", **book)
+    quick = profiles.DEFAULTS["quick"]["Mnist_CNN"]
+    assert params["epochs"] == quick["epochs"] < book["epochs"]
+    assert changed["epochs"] == (book["epochs"], quick["epochs"])
+    assert changed["max_train_samples"] == (None, quick["max_train_samples"])
+    own, changed = profiles.resolve("Mnist_CNN", profile="quick", epochs=2)  # not the book's: kept
+    assert own["epochs"] == 2 and "epochs" not in changed
+    full, changed = profiles.resolve("Mnist_CNN", profile="full", **book)
+    assert full["epochs"] == book["epochs"] and changed == {}
+
+
+def test_results_line_shows_no_machine_path(tmp_path):
+    assert notebook.shown_path(tmp_path / "run" / "results.jsonl") == "run/results.jsonl"
+    assert notebook.shown_path(REPO / "runs" / "interactive" / "results.jsonl") == \
+        "runs/interactive/results.jsonl"
 
 
 def _papermill(name: str, tmp_path, kernel: str, *params: str) -> tuple[str, list[dict]]:

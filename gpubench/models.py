@@ -1,6 +1,11 @@
-"""The book's three models as Keras 3 builders, compiled with the book's optimiser settings.
+"""The book's three models, as their chapters write them, and their training FLOPs per sample.
 
-Two bugs of the book's low-level TensorFlow CNN are fixed here:
+Each model is written once, in its chapter: the `#@save` cell of
+notebooks/Mnist_MLP_h1000.ipynb, Mnist_CNN.ipynb and Keras_Cifar_CNN.ipynb.
+`python tools/export_models.py` copies those cells between the markers below
+(d2l's way); tests/test_training.py fails when the two differ.
+
+Two bugs of the book's low-level TensorFlow CNN are fixed in the chapters:
 - it applied softmax and then a loss that applies softmax again (the loss expected
   logits): our MNIST models output logits and the loss is told so;
 - its dropout stayed on while evaluating: Keras turns dropout off outside training.
@@ -8,95 +13,90 @@ Two bugs of the book's low-level TensorFlow CNN are fixed here:
 
 from __future__ import annotations
 
+import math
+
+from gpubench import profiles
 from gpubench._tf import tensorflow
 
-MODELS = ("mlp_h1000", "mnist_cnn", "cifar_cnn")
+tensorflow()  # loads Keras with TensorFlow's start-up chatter held back
+import keras  # noqa: E402
+from keras import layers  # noqa: E402
 
-# What the book used for each model: optimiser learning rate and batch size.
-BOOK_SETTINGS = {
-    "mlp_h1000": {"learning_rate": 1e-3, "batch_size": 100, "dataset": "mnist"},
-    "mnist_cnn": {"learning_rate": 1e-4, "batch_size": 100, "dataset": "mnist"},
-    "cifar_cnn": {"learning_rate": 1e-3, "batch_size": 128, "dataset": "cifar10"},
-}
+MODELS = tuple(profiles.TRAINING_NOTEBOOKS.values())
 
-
-def _keras():
-    tensorflow()
-    import keras  # noqa: PLC0415 - loaded quietly by tensorflow()
-
-    return keras
+# BEGIN CHAPTER MODELS (written by tools/export_models.py from the notebooks: edit those)
 
 
-def _compile(model, learning_rate: float, from_logits: bool):
-    keras = _keras()
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits),
-        metrics=["accuracy"],
-    )
+def mlp_h1000(learning_rate=1e-3, **compile_options):
+    """The book's MLP: 784 inputs, Dense 1000 ReLU, Dense 10 logits (795,010 parameters)."""
+    model = keras.Sequential([
+        keras.Input(shape=(784,)),
+        layers.Dense(1000, activation="relu"),
+        layers.Dense(10, dtype="float32"),  # logits; float32 under mixed precision too
+    ], name="mlp_h1000")
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
     return model
 
 
-def mlp_h1000(learning_rate: float = 1e-3):
-    """784 inputs -> Dense 1000 ReLU -> Dense 10 logits (795,010 parameters); Adam 1e-3."""
-    layers = _keras().layers
-    model = _keras().Sequential(
-        [
-            layers.Input(shape=(784,)),
-            layers.Dense(1000, activation="relu"),
-            layers.Dense(10),
-        ],
-        name="mlp_h1000",
-    )
-    return _compile(model, learning_rate, from_logits=True)
+def mnist_cnn(learning_rate=1e-4, **compile_options):
+    """The book's MNIST CNN (242,062 parameters), with logits out."""
+    model = keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        layers.Conv2D(16, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Conv2D(36, 5, padding="same", activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Flatten(),  # 7 x 7 x 36 = 1764
+        layers.Dense(128, activation="relu"),
+        layers.Dropout(0.2),  # the book's keep_prob 0.8
+        layers.Dense(10, dtype="float32"),  # logits; float32 under mixed precision too
+    ], name="mnist_cnn")
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
+    return model
 
 
-def mnist_cnn(learning_rate: float = 1e-4):
-    """Conv 5x5x16, pool, conv 5x5x36, pool, dense 128, dropout 0.2, dense 10 (242,062 parameters)."""
-    layers = _keras().layers
-    model = _keras().Sequential(
-        [
-            layers.Input(shape=(28, 28, 1)),
-            layers.Conv2D(16, 5, padding="same", activation="relu"),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(36, 5, padding="same", activation="relu"),
-            layers.MaxPooling2D(2),
-            layers.Flatten(),  # 7 * 7 * 36 = 1764
-            layers.Dense(128, activation="relu"),
-            layers.Dropout(0.2),  # the book's keep_prob 0.8
-            layers.Dense(10),
-        ],
-        name="mnist_cnn",
-    )
-    return _compile(model, learning_rate, from_logits=True)
+def cifar_cnn(learning_rate=1e-3, **compile_options):
+    """The book's Keras CIFAR-10 CNN (4,224,970 parameters)."""
+    model = keras.Sequential([
+        keras.Input(shape=(32, 32, 3)),
+        layers.Conv2D(32, 3, padding="same", activation="relu"),
+        layers.Dropout(0.25),
+        layers.MaxPooling2D(2),
+        layers.Conv2D(64, 3, padding="same", activation="relu"),
+        layers.Dropout(0.25),
+        layers.MaxPooling2D(2),
+        layers.Flatten(),
+        layers.Dropout(0.25),
+        layers.Dense(1024, activation="relu"),
+        layers.Dropout(0.25),
+        layers.Dense(10, activation="softmax", dtype="float32"),  # float32 under mixed precision
+    ], name="cifar_cnn")
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
+    return model
+
+# END CHAPTER MODELS
+
+BUILDERS = {"mlp_h1000": mlp_h1000, "mnist_cnn": mnist_cnn, "cifar_cnn": cifar_cnn}
 
 
-def cifar_cnn(learning_rate: float = 1e-3):
-    """The book's Keras CIFAR-10 CNN: two conv blocks, dense 1024, softmax (4,224,970 parameters)."""
-    layers = _keras().layers
-    model = _keras().Sequential(
-        [
-            layers.Input(shape=(32, 32, 3)),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.Dropout(0.25),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.Dropout(0.25),
-            layers.MaxPooling2D(2),
-            layers.Flatten(),
-            layers.Dropout(0.25),
-            layers.Dense(1024, activation="relu"),
-            layers.Dropout(0.25),
-            layers.Dense(10, activation="softmax"),
-        ],
-        name="cifar_cnn",
-    )
-    return _compile(model, learning_rate, from_logits=False)
-
-
-def build(name: str):
-    """Build one of MODELS by name."""
-    builders = {"mlp_h1000": mlp_h1000, "mnist_cnn": mnist_cnn, "cifar_cnn": cifar_cnn}
-    if name not in builders:
+def build(name: str, **options):
+    """Build and compile one of MODELS by name; `options` go to its builder."""
+    if name not in BUILDERS:
         raise ValueError(f"unknown model {name!r}; use one of {', '.join(MODELS)}")
-    return builders[name]()
+    return BUILDERS[name](**options)
+
+
+def flops_per_sample(model) -> int:
+    """Training FLOPs of one image: 3 x 2 x the multiply-adds of the Dense and Conv2D layers."""
+    macs = 0
+    for layer in model.layers:
+        if isinstance(layer, (layers.Dense, layers.Conv2D)):
+            positions = math.prod(layer.output.shape[1:-1])  # 1 for Dense, H x W for Conv2D
+            macs += math.prod(layer.kernel.shape) * positions
+    return 3 * 2 * macs

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpubench import devices, models, results, timing
+from gpubench import checks, devices, models, profiles, results, timing
 from gpubench.data import Dataset
 
 # Which input shape each model takes, and the share of the training images held
@@ -18,6 +18,10 @@ from gpubench.data import Dataset
 INPUT_SHAPES = {"mlp_h1000": (784,), "mnist_cnn": (28, 28, 1), "cifar_cnn": (32, 32, 3)}
 IMAGE_SHAPES = {"mlp_h1000": (28, 28), "mnist_cnn": (28, 28), "cifar_cnn": (32, 32, 3)}
 VALIDATION_FRACTION = {"mlp_h1000": 1 / 12, "mnist_cnn": 1 / 12, "cifar_cnn": 0.2}
+# The `xla` parameter as Keras's `jit_compile`; "off" by default, so that every env
+# trains in the same mode (Keras's own "auto" turns XLA on only where it sees a GPU).
+CHANCE = 0.1  # ten classes
+JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
 
 
 @dataclass
@@ -42,13 +46,6 @@ class TrainRun:
     test_loss: float | None = None
     test_accuracy: float | None = None
     record: dict = field(default_factory=dict)
-
-
-def check_positive(name: str, value) -> int:
-    """Return `value` if it is a positive int, else raise naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def prepare(model_name: str, data: Dataset) -> Split:
@@ -76,10 +73,47 @@ def scale(model_name: str, images: np.ndarray) -> np.ndarray:
     return images.reshape((len(images), *shape)).astype(np.float32) / 255.0
 
 
-def build_model(model_name: str, device: str):
-    """Build `model_name` with its variables on `device`."""
-    with devices.scope(device):
-        return models.build(model_name)
+def build_model(model_name, device: str, *, precision: str = "float32",
+                learning_rate: float | None = None, xla: str = "off", steps_per_execution: int = 1):
+    """Build and compile `model_name` (or a builder function) on `device`, in the mode asked for.
+
+    `precision` is the Keras dtype policy the layers are built under (the last
+    layer stays float32); `xla` is "off", "on" or "auto" (Keras's `jit_compile`);
+    `learning_rate` None keeps the book's.
+    """
+    builder = models.BUILDERS.get(model_name, model_name)
+    if not callable(builder):
+        raise ValueError(f"unknown model {model_name!r}; use one of {', '.join(models.MODELS)}")
+    options = dict(jit_compile=JIT_COMPILE[_one_of("xla", xla)],
+                   steps_per_execution=checks.positive_int("steps_per_execution",
+                                                           steps_per_execution))
+    if learning_rate is not None:
+        options["learning_rate"] = learning_rate
+    mixed_precision = models.keras.mixed_precision
+    previous = mixed_precision.global_policy()
+    mixed_precision.set_global_policy(_one_of("precision", precision))
+    try:
+        with devices.scope(device):
+            return builder(**options)
+    finally:
+        mixed_precision.set_global_policy(previous)
+
+
+def _one_of(name: str, value: str) -> str:
+    if value not in profiles.CHOICES[name]:
+        raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(profiles.CHOICES[name])}")
+    return value
+
+
+def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
+    """The mode a compiled model trains in, as Keras resolved it, for a train record."""
+    return dict(
+        jit_compile=bool(model.jit_compile),
+        precision=model.dtype_policy.name,
+        steps_per_execution=int(model.steps_per_execution),
+        input_pipeline=_one_of("input_pipeline", input_pipeline),
+        flops_per_sample=models.flops_per_sample(model),
+    )
 
 
 def train(
@@ -99,8 +133,8 @@ def train(
     If training stops with an error or Ctrl-C, a record with the epochs measured so
     far is stored (status "oom" or "error") before the exception goes on.
     """
-    check_positive("epochs", epochs)
-    check_positive("batch_size", batch_size)
+    checks.positive_int("epochs", epochs)
+    checks.positive_int("batch_size", batch_size)
     device = devices.resolve(device)
     split = prepare(model.name, data)
     timer = timing.EpochTimer()
@@ -109,6 +143,7 @@ def train(
         notebook=notebook, env=env or results.default_env_name(), device=device, model=model.name,
         dataset=data.name, data_source=data.source, epochs=epochs, batch_size=batch_size,
         train_samples=len(split.x_train), validation_samples=len(split.x_val),
+        **mode_fields(model),
     )
     try:
         with devices.scope(device):
@@ -121,40 +156,37 @@ def train(
             loss, accuracy = model.evaluate(split.x_test, split.y_test,
                                             batch_size=batch_size, verbose=0)
     except BaseException as exc:
-        status = "oom" if _is_oom(exc) else "error"
+        status = "oom" if checks.is_oom(exc) else "error"
         message = f"{type(exc).__name__} after {len(timer.epoch_seconds)} epoch(s): {exc}"
         record = results.make_record("train", status=status, error=message.strip(),
-                                     **fields, **_timing_fields(timer, fields["train_samples"]))
+                                     **fields, **_timing_fields(timer, fields))
         if store is not None:
             store.append(record)
         raise
     run.test_loss, run.test_accuracy = float(loss), float(accuracy)
     run.record = results.make_record(
         "train", test_loss=run.test_loss, test_accuracy=run.test_accuracy,
-        **fields, **_timing_fields(timer, fields["train_samples"]),
+        **fields, **_timing_fields(timer, fields),
     )
     if store is not None:
         store.append(run.record)
     return run
 
 
-def _timing_fields(timer: timing.EpochTimer, train_samples: int) -> dict:
+def _timing_fields(timer: timing.EpochTimer, fields: dict) -> dict:
     """Epoch times, epoch 1 on its own, the steady-state median of epochs 2..n, and throughput."""
     steady = timer.steady
     per_epoch = steady.median if steady else timer.first_epoch_seconds
+    rate = fields["train_samples"] / per_epoch if per_epoch else None
     return dict(
         epoch_seconds=list(timer.epoch_seconds),
         first_epoch_seconds=timer.first_epoch_seconds,
         steady_epoch_seconds=steady.median if steady else None,
         steady_epoch_iqr=steady.iqr if steady else None,
         total_seconds=timer.total_seconds if timer.epoch_seconds else None,
-        samples_per_second=train_samples / per_epoch if per_epoch else None,
+        samples_per_second=rate,
+        achieved_gflops=fields["flops_per_sample"] * rate / 1e9 if rate else None,
     )
-
-
-def _is_oom(exc: BaseException) -> bool:
-    tf = devices.tensorflow()
-    return isinstance(exc, (MemoryError, tf.errors.ResourceExhaustedError))
 
 
 def predict_classes(model, data: Dataset, batch_size: int = 256) -> np.ndarray:
@@ -187,6 +219,11 @@ def summary(record: dict) -> str:
         f"  epoch 1:      {record['first_epoch_seconds']:.2f} s (includes tracing and compilation)",
         f"  steady epoch: {steady_text}",
         f"  throughput:   {record['samples_per_second']:,.0f} images/s",
-        f"  test:         accuracy {record['test_accuracy']:.4f}, loss {record['test_loss']:.4f}",
+        f"  mode:         {record['precision']}, XLA {'on' if record['jit_compile'] else 'off'}, "
+        f"{record['achieved_gflops']:.1f} GFLOP/s achieved ({record['flops_per_sample']:,} FLOPs "
+        "per image)",
+        f"  test:         accuracy {record['test_accuracy']:.4f}, loss {record['test_loss']:.4f}"
+        + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
+           "meaningful)" if record["test_accuracy"] < 2 * CHANCE else ""),
         f"  data:         {record['dataset']} from {source}",
     ])

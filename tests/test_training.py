@@ -33,6 +33,55 @@ def test_book_learning_rates_and_dropout():
     assert [l.rate for l in cifar.layers if l.__class__.__name__ == "Dropout"] == [0.25] * 4
 
 
+def test_flops_per_sample_counts_dense_and_conv_multiply_adds():
+    """3 (forward + backward) x 2 (multiply + add) x the MACs, written out from the layer shapes."""
+    mlp = 784 * 1000 + 1000 * 10
+    mnist_cnn = (28 * 28 * 5 * 5 * 1 * 16      # conv 5x5, 1 -> 16 channels, same padding
+                 + 14 * 14 * 5 * 5 * 16 * 36   # conv 5x5, 16 -> 36 after the 2x2 pool
+                 + 1764 * 128 + 128 * 10)      # dense 7*7*36 -> 128 -> 10
+    cifar_cnn = (32 * 32 * 3 * 3 * 3 * 32      # conv 3x3, 3 -> 32
+                 + 16 * 16 * 3 * 3 * 32 * 64   # conv 3x3, 32 -> 64 after the pool
+                 + 8 * 8 * 64 * 1024 + 1024 * 10)
+    found = {name: models.flops_per_sample(models.build(name)) for name in models.MODELS}
+    assert found == {"mlp_h1000": 6 * mlp, "mnist_cnn": 6 * mnist_cnn, "cifar_cnn": 6 * cifar_cnn}
+    assert found["mlp_h1000"] == 4_764_000  # DESIGN.md's worked example
+
+
+def _keras_sees_a_gpu(monkeypatch):
+    """Make Keras's jit_compile="auto" resolve as on a GPU machine (it asks tf.config)."""
+    tf = devices.tensorflow()
+    real = tf.config.list_physical_devices
+    gpu = type("FakeDevice", (), {"device_type": "GPU", "name": "/physical_device:GPU:0"})()
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: real(kind) + ([gpu] if kind in (None, "GPU") else []))
+
+
+def test_xla_off_is_what_the_record_says_even_where_keras_would_turn_it_on(fake_machine,
+                                                                           monkeypatch):
+    fake_machine(gpus=1, cuda_build=True)
+    _keras_sees_a_gpu(monkeypatch)
+    auto = training.build_model("mlp_h1000", "cpu", xla="auto")
+    assert training.mode_fields(auto)["jit_compile"] is True  # Keras's default on a GPU machine
+    off = training.build_model("mlp_h1000", "cpu")  # gpubench's default: like for like
+    assert training.mode_fields(off)["jit_compile"] is False
+
+
+def test_mode_fields_are_the_resolved_ones():
+    model = training.build_model("mnist_cnn", "cpu", precision="mixed_bfloat16", xla="on",
+                                 steps_per_execution=8, learning_rate=0.5)
+    assert training.mode_fields(model, input_pipeline="tf.data") == {
+        "jit_compile": True, "precision": "mixed_bfloat16", "steps_per_execution": 8,
+        "input_pipeline": "tf.data", "flops_per_sample": models.flops_per_sample(model)}
+    assert model.layers[0].compute_dtype == "bfloat16"
+    assert model.layers[-1].compute_dtype == "float32"  # the logits stay float32
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.5)
+    assert models.keras.mixed_precision.global_policy().name == "float32"  # restored
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        training.build_model("mlp_h1000", "cpu", precision="fp8")
+    with pytest.raises(ValueError, match="unknown xla 'yes'"):
+        training.build_model("mlp_h1000", "cpu", xla="yes")
+
+
 def test_dropout_is_off_when_evaluating():
     model = models.build("mnist_cnn")
     x = np.random.default_rng(0).random((8, 28, 28, 1)).astype("float32")
@@ -67,6 +116,10 @@ def test_train_record_is_complete_and_consistent(tmp_path):
     assert record["steady_epoch_seconds"] == pytest.approx(np.median(record["epoch_seconds"][1:]))
     assert record["total_seconds"] == pytest.approx(sum(record["epoch_seconds"]))
     assert record["samples_per_second"] == pytest.approx(1100 / record["steady_epoch_seconds"])
+    assert record["jit_compile"] is False and record["precision"] == "float32"
+    assert record["steps_per_execution"] == 1 and record["input_pipeline"] == "arrays"
+    assert record["flops_per_sample"] == 4_764_000
+    assert record["achieved_gflops"] == pytest.approx(4_764_000 * record["samples_per_second"] / 1e9)
     assert record["test_accuracy"] == pytest.approx(run.test_accuracy)
     assert len(run.history["loss"]) == 3
     assert "synthetic" in training.summary(record) and "NOT the real dataset" in training.summary(record)

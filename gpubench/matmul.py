@@ -13,12 +13,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from gpubench import devices, results, timing
+from gpubench import checks, devices, peaks, results, timing
 from gpubench._tf import tensorflow
 
 METHODS = ("book", "rigorous")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-BOOK_SIZES = tuple(range(500, 5001, 500))
+# The book's stored performanceTest figures (BOOK.md): seconds of one run at each size,
+# on its GeForce GT 720 and on its CPU, timed the book's way (single run, set-up included).
+BOOK_SECONDS = {
+    "gpu": {500: 0.169, 1000: 0.138, 2000: 0.216, 3000: 0.528, 4000: 1.130, 5000: 2.049},
+    "cpu": {500: 0.185, 1000: 0.132, 2000: 0.435, 3000: 0.977, 4000: 2.030, 5000: 3.656},
+}
+BOOK_LABEL = "book: GT 720 / its CPU"
+BOOK_METHOD = "book (single run)"
+# The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
+GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 
 
 def flops(size: int) -> int:
@@ -48,6 +57,52 @@ def check_dtype(dtype: str) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return dtype
+
+
+def check_dtypes(dtypes) -> list[str]:
+    """Return one dtype or a list of them as a list of supported dtypes, or raise naming the bad one."""
+    if isinstance(dtypes, str):
+        dtypes = [dtypes]
+    if not isinstance(dtypes, (list, tuple)) or not dtypes:
+        raise ValueError(f"dtype {dtypes!r} is neither a dtype nor a non-empty list; pass e.g. "
+                         '"float32" or ["float32", "bfloat16"]')
+    return [check_dtype(dtype) for dtype in dtypes]
+
+
+def unsupported_reason(device: str, dtype: str) -> str | None:
+    """Why `device` cannot run a `dtype` matmul natively (None when it can); CPUs run them all."""
+    minimum = GPU_MIN_CAPABILITY.get(dtype)
+    if device == "cpu" or minimum is None:
+        return None
+    capability = _compute_capability(device)
+    if capability is not None and tuple(capability) < minimum:
+        return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
+                f"{minimum[0]}.{minimum[1]} or newer")
+    return None
+
+
+def _compute_capability(device: str) -> tuple[int, int] | None:
+    """(major, minor) of GPU `device` as TensorFlow reports it; None when it cannot tell."""
+    tf = tensorflow()
+    index = int(device.split(":")[1])
+    gpus = tf.config.list_physical_devices("GPU")
+    if index >= len(gpus):
+        return None
+    details = tf.config.experimental.get_device_details(gpus[index])
+    return details.get("compute_capability")
+
+
+def spec_peak(device: str, dtype: str) -> float | None:
+    """The datasheet peak GFLOP/s of `device` at `dtype` from gpubench.peaks (None for CPUs and unknown GPUs)."""
+    if device == "cpu":
+        return None
+    index = int(device.split(":")[1])
+    gpus = results.environment_snapshot()["gpus"]
+    if index >= len(gpus):
+        return None
+    tf32 = dtype == "float32" and bool(
+        tensorflow().config.experimental.tensor_float_32_execution_enabled())
+    return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=tf32)
 
 
 def check_method(method: str) -> str:
@@ -85,11 +140,6 @@ def _rigorous(tf_device: str, size: int, dtype: str, repeats: int) -> timing.Mea
     return timing.measure(product, warmup=2, repeats=repeats)
 
 
-def _is_oom(exc: BaseException) -> bool:
-    tf = tensorflow()
-    return isinstance(exc, (MemoryError, tf.errors.ResourceExhaustedError))
-
-
 def performance_test(
     device_name: str,
     size: int,
@@ -109,9 +159,13 @@ def performance_test(
     (size,) = check_sizes([size])
     check_method(method)
     check_dtype(dtype)
-    timing._check_count("repeats", repeats, 1)
+    checks.positive_int("repeats", repeats)
     env = env or results.default_env_name()
-    common = dict(notebook=notebook, env=env, device=device, size=size, dtype=dtype, method=method)
+    common = dict(notebook=notebook, env=env, device=device, size=size, dtype=dtype, method=method,
+                  spec_peak_gflops=spec_peak(device, dtype))
+    reason = unsupported_reason(device, dtype)
+    if reason is not None:
+        return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
     try:
         if method == "book":
             seconds = _book_seconds(devices.tf_name(device), size, dtype)
@@ -123,7 +177,7 @@ def performance_test(
             fields = dict(seconds=s.median, seconds_min=s.min, seconds_max=s.max,
                           seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n)
     except Exception as exc:  # noqa: BLE001 - OOM is a result, anything else re-raised
-        if not _is_oom(exc):
+        if not checks.is_oom(exc):
             raise
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return results.make_record("matmul", status="oom", error=message, repeats=0, **common)
@@ -136,17 +190,18 @@ def sweep(
     device_names: Sequence[str],
     methods: Sequence[str] = METHODS,
     repeats: int = 5,
-    dtype: str = "float32",
+    dtype: str | Sequence[str] = "float32",
     *,
     store: results.ResultsStore | None = None,
     env: str | None = None,
     notebook: str = "performanceTest",
     progress: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Run `performance_test` for every size, device and method; store each record as it is made.
+    """Run `performance_test` for every size, device, dtype and method; store each record as it is made.
 
-    Everything is validated before the first measurement, so bad input writes nothing.
-    Sizes are the outer loop and devices keep the order given (the book: GPU, then CPU).
+    `dtype` is one dtype or a list of them. Everything is validated before the
+    first measurement, so bad input writes nothing. Sizes are the outer loop and
+    devices keep the order given (the book: GPU, then CPU).
     """
     sizes = check_sizes(sizes)
     resolved = [devices.resolve(name) for name in device_names]
@@ -154,25 +209,30 @@ def sweep(
         raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
     for method in methods:
         check_method(method)
-    check_dtype(dtype)
-    timing._check_count("repeats", repeats, 1)
+    dtypes = check_dtypes(dtype)
+    checks.positive_int("repeats", repeats)
     records = []
     for size in sizes:
         for device in resolved:
-            for method in methods:
-                record = performance_test(device, size, method, repeats, dtype,
-                                          notebook=notebook, env=env)
-                if store is not None:
-                    store.append(record)
-                records.append(record)
-                if progress is not None:
-                    progress(record)
+            for one_dtype in dtypes:
+                for method in methods:
+                    record = performance_test(device, size, method, repeats, one_dtype,
+                                              notebook=notebook, env=env)
+                    if store is not None:
+                        store.append(record)
+                    records.append(record)
+                    if progress is not None:
+                        progress(record)
     return records
 
 
 def describe(record: dict) -> str:
     """One line for a matmul record, for progress output."""
-    head = f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} {record['method']:<9}"
+    head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} "
+            f"{record['dtype']:<8} {record['method']:<9}")
     if record["status"] != "ok":
         return f"{head} {record['status'].upper()}: {record['error']}"
-    return f"{head} {record['seconds']:9.4f} s  {record['gflops']:9.1f} GFLOP/s"
+    line = f"{head} {record['seconds']:9.4f} s  {record['gflops']:9.1f} GFLOP/s"
+    if record.get("spec_peak_gflops"):
+        line += f"  ({100 * record['gflops'] / record['spec_peak_gflops']:.0f}% of datasheet peak)"
+    return line

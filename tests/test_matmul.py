@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpubench import devices, matmul, notebook, results
+from gpubench import devices, matmul, notebook, peaks, results
 
 
 def test_book_method_record(tmp_path):
@@ -63,7 +63,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert len(store.read()) == 2
 
 
-@pytest.mark.parametrize("sizes", [[0], [-500], [1.5], ["100"], [True], [], [500, None]])
+@pytest.mark.parametrize("sizes", [[0], [-500], [1.5], ["big"], [True], [], [500, None]])
 def test_bad_sizes_are_named_and_nothing_is_written(tmp_path, sizes):
     path = tmp_path / "run" / "results.jsonl"
     with pytest.raises(ValueError) as info:
@@ -82,7 +82,7 @@ def test_bad_sizes_in_sweep_write_nothing(tmp_path):
 
 def test_unknown_device_is_named(tmp_path):
     path = tmp_path / "results.jsonl"
-    with pytest.raises(devices.DeviceError, match="'tpu'"):
+    with pytest.raises(ValueError, match="'tpu'"):
         notebook.start("performanceTest", devices=["tpu"], results_path=str(path))
     assert not path.exists()
 
@@ -127,5 +127,72 @@ def test_start_resolves_profile_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUBENCH_PROFILE", "quick")
     cfg = notebook.start("performanceTest", results_path=str(tmp_path / "r.jsonl"))
     assert cfg.profile == "quick" and cfg.sizes == [500, 1000, 1500, 2000]
-    assert cfg.devices == devices.list_devices()[1:] + ["cpu"]
-    assert json.loads(json.dumps(cfg.params))  # plain, printable values
+    assert cfg.devices == ["cpu"]  # this machine has no GPU
+    assert json.loads(json.dumps(cfg.params)) == cfg.params  # plain, printable values
+
+
+def test_default_devices_put_every_gpu_first(fake_machine, tmp_path):
+    fake_machine(gpus=2, cuda_build=True)
+    cfg = notebook.start("performanceTest", results_path=str(tmp_path / "r.jsonl"), profile="quick")
+    assert cfg.devices == ["gpu:0", "gpu:1", "cpu"]
+
+
+def test_sweep_takes_a_list_of_dtypes(tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    records = matmul.sweep([32], ["cpu"], methods=["rigorous"], repeats=1,
+                           dtype=["float32", "bfloat16", "float16"], store=store)
+    assert [(r["dtype"], r["status"]) for r in records] == [
+        ("float32", "ok"), ("bfloat16", "ok"), ("float16", "ok")]
+    assert [r["dtype"] for r in store.read()] == ["float32", "bfloat16", "float16"]
+    assert all(r["spec_peak_gflops"] is None for r in records)  # a CPU is not in the table
+    assert "bfloat16" in matmul.describe(records[1])
+
+
+@pytest.mark.parametrize("bad", [[], ["float32", "int8"], 32])
+def test_bad_dtype_lists_are_named_and_nothing_is_written(tmp_path, bad):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match="int8" if bad == ["float32", "int8"] else "dtype"):
+        matmul.sweep([32], ["cpu"], dtype=bad, store=store)
+    assert store.read() == []
+
+
+@pytest.mark.parametrize("name, dtype, expected", [
+    ("Tesla T4", "float16", 65_000), ("Tesla T4", "float32", 8_100), ("Tesla T4", "bfloat16", None),
+    ("NVIDIA GeForce RTX 3090", "bfloat16", 71_000), ("NVIDIA GeForce RTX 3090 Ti", "float32", None),
+    ("NVIDIA GeForce RTX 3060", "float32", 12_700), ("NVIDIA GeForce RTX 3060 Ti", "float32", None),
+    ("NVIDIA GeForce RTX 4090", "float16", 165_200), ("NVIDIA A100-SXM4-80GB", "bfloat16", 312_000),
+    ("NVIDIA A100-PCIE-40GB", "float32", 19_500), ("NVIDIA H100 80GB HBM3", "float16", 989_500),
+    ("NVIDIA H100 PCIe", "float32", 51_000), ("NVIDIA H200", "bfloat16", 989_500),
+    ("NVIDIA L4", "float16", 121_000), ("NVIDIA L40S", "float32", None),
+    ("GeForce GT 720", "float32", None), ("NVIDIA A100-SXM4-80GB", "float64", None), (None, "float32", None),
+])
+def test_datasheet_peaks(name, dtype, expected):
+    assert peaks.spec_peak_gflops(name, dtype) == (None if expected is None else pytest.approx(expected))
+
+
+def test_every_table_entry_names_its_source():
+    for pattern, values, source in peaks.TABLE:
+        assert values and len(source) > 30, pattern
+
+
+def test_tf32_is_used_for_float32_where_the_gpu_has_it():
+    assert peaks.spec_peak_gflops("NVIDIA A100-SXM4-80GB", "float32", tf32=True) == 156_000
+    assert peaks.spec_peak_gflops("Tesla T4", "float32", tf32=True) == 8_100
+
+
+def test_matmul_record_gets_the_table_peak_of_its_gpu(monkeypatch):
+    snapshot = dict(results.environment_snapshot(), gpus=[
+        {"name": "NVIDIA L4", "memory_gb": 22.0, "driver": "550"},
+        {"name": "Some Future GPU", "memory_gb": 8.0, "driver": "550"}])
+    monkeypatch.setattr(results, "environment_snapshot", lambda: snapshot)
+    assert matmul.spec_peak("gpu:0", "bfloat16") == 121_000
+    assert matmul.spec_peak("gpu:1", "bfloat16") is None
+    assert matmul.spec_peak("cpu", "float32") is None
+    record = matmul.performance_test("cpu", 32, method="book")
+    assert record["spec_peak_gflops"] is None
+
+
+def test_book_figures_are_the_books():
+    assert matmul.BOOK_SECONDS["gpu"][5000] == 2.049 and matmul.BOOK_SECONDS["cpu"][5000] == 3.656
+    assert sorted(matmul.BOOK_SECONDS["gpu"]) == sorted(matmul.BOOK_SECONDS["cpu"]) == [
+        500, 1000, 2000, 3000, 4000, 5000]

@@ -144,29 +144,33 @@ def md_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def _ok(records: list[dict], benchmark: str) -> list[dict]:
+def ok_records(records: list[dict], benchmark: str) -> list[dict]:
+    """The records of `benchmark` whose status is "ok"."""
     return [r for r in records if r["benchmark"] == benchmark and r["status"] == "ok"]
 
 
 # ---------------------------------------------------------------- matmul
 
-def crossover(records: list[dict], method: str = "rigorous") -> int | None:
-    """Smallest size at which a GPU beats the CPU (same env, same method); None if it never does."""
-    cpu = {r["size"]: r["seconds"] for r in _ok(records, "matmul")
-           if r["method"] == method and r["device"] == "cpu"}
-    gpu = {r["size"]: r["seconds"] for r in _ok(records, "matmul")
-           if r["method"] == method and r["device"].startswith("gpu")}
+def _dtype(record: dict) -> str:
+    return record.get("dtype") or "float32"
+
+
+def crossover(records: list[dict], method: str = "rigorous", dtype: str = "float32") -> int | None:
+    """Smallest size at which a GPU beats the CPU (same env, method, dtype); None if it never does."""
+    ok = [r for r in ok_records(records, "matmul") if r["method"] == method and _dtype(r) == dtype]
+    cpu = {r["size"]: r["seconds"] for r in ok if r["device"] == "cpu"}
+    gpu = {r["size"]: r["seconds"] for r in ok if r["device"].startswith("gpu")}
     wins = sorted(size for size in gpu if size in cpu and gpu[size] < cpu[size])
     return wins[0] if wins else None
 
 
-def crossover_text(records: list[dict], method: str) -> str:
+def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> str:
     """Crossover in words, including the cases with no GPU or no win."""
-    sizes = sorted({r["size"] for r in _ok(records, "matmul") if r["method"] == method})
-    has_gpu = any(r["device"].startswith("gpu") for r in _ok(records, "matmul"))
-    if not has_gpu:
+    ok = [r for r in ok_records(records, "matmul") if _dtype(r) == dtype]
+    sizes = sorted({r["size"] for r in ok if r["method"] == method})
+    if not any(r["device"].startswith("gpu") for r in ok):
         return "no GPU measured"
-    size = crossover(records, method)
+    size = crossover(records, method, dtype)
     if size is None:
         return "the GPU never beat the CPU at the sizes measured"
     if sizes and size == sizes[0]:
@@ -175,87 +179,31 @@ def crossover_text(records: list[dict], method: str) -> str:
 
 
 def matmul_series(records: list[dict]) -> dict:
-    """(column, device, method) -> sorted [(size, seconds, gflops)] of the ok matmul records."""
+    """(column, device, method, dtype) -> sorted [(size, seconds, gflops)] of ok matmul records."""
     series = defaultdict(list)
-    for r in _ok(records, "matmul"):
-        series[(r.get("_column", r["env"]), r["device"], r["method"])].append(
-            (r["size"], r["seconds"], r["gflops"]))
+    for r in ok_records(records, "matmul"):
+        key = (r.get("_column", r["env"]), r["device"], r["method"], r.get("dtype") or "float32")
+        series[key].append((r["size"], r["seconds"], r["gflops"]))
     return {k: sorted(v) for k, v in sorted(series.items())}
 
 
-def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None):
-    """Time (or GFLOP/s) against matrix size: one line per device and method (the book's chart)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    ax = ax or plt.subplots(figsize=(8, 5))[1]
-    index = 1 if metric == "seconds" else 2
-    series = matmul_series(records)
-    multi = len({k[0] for k in series}) > 1
-    colours = {}  # one colour per column and device; the method sets the line style
-    for (column, device, method), points in series.items():
-        colour = colours.setdefault((column, device), f"C{len(colours) % 10}")
-        label = f"{device} ({method})" + (f" — {column}" if multi else "")
-        ax.plot([p[0] for p in points], [p[index] for p in points], color=colour,
-                marker="o", linestyle="-" if method == "rigorous" else "--", label=label)
-    ax.set_xlabel("matrix size n (n x n)")
-    ax.set_ylabel("seconds per product" if metric == "seconds" else "GFLOP/s")
-    ax.set_title(title or ("Matrix multiplication time" if metric == "seconds"
-                           else "Matrix multiplication throughput"))
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    return ax
-
-
-def plot_speedup(records: list[dict], ax=None):
-    """GPU-over-CPU speedup against size for each method, crossover marked; None without a GPU."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    series = matmul_series(records)
-    pairs = [(k, v) for k, v in series.items() if k[1].startswith("gpu")]
-    if not pairs:
-        return None
-    ax = ax or plt.subplots(figsize=(8, 5))[1]
-    for (column, device, method), gpu_points in pairs:
-        cpu = {s: sec for s, sec, _ in series.get((column, "cpu", method), [])}
-        points = [(s, cpu[s] / sec) for s, sec, _ in gpu_points if s in cpu]
-        if not points:
-            continue
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                label=f"{device} vs cpu ({method})")
-        col_records = [r for r in records if r.get("_column", r["env"]) == column]
-        size = crossover(col_records, method)
-        if size is not None:
-            ax.axvline(size, linestyle=":", color="grey")
-            ax.annotate(f"crossover {size}", (size, 1), textcoords="offset points",
-                        xytext=(4, 8), fontsize="small")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("matrix size n (n x n)")
-    ax.set_ylabel("speedup (CPU time / GPU time)")
-    ax.set_title("GPU speedup over CPU (above 1: GPU faster)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    return ax
-
-
 def matmul_table(records: list[dict]) -> str:
-    """Per size: seconds and GFLOP/s for every device and method of one column of records."""
-    series = matmul_series(records)
-    keys = [k for k in series]
-    sizes = sorted({s for points in series.values() for s, _, _ in points})
-    lookup = {(k, s): (sec, gf) for k, points in series.items() for s, sec, gf in points}
-    problems = {(r["device"], r["method"], r["size"]): r["status"]
-                for r in records if r["benchmark"] == "matmul" and r["status"] != "ok"}
-    rows = []
-    for size in sizes:
-        row = [size]
-        for k in keys:
-            if (k, size) in lookup:
-                sec, gf = lookup[(k, size)]
-                row.append(f"{fmt_seconds(sec)} ({gf:,.0f} GFLOP/s)")
-            else:
-                row.append(problems.get((k[1], k[2], size), "–").upper())
-        rows.append(row)
-    return md_table(["size"] + [f"{k[1]} {k[2]}" for k in keys], rows)
+    """Per size: seconds, GFLOP/s and % of datasheet peak (where known) per device, method, dtype."""
+    matmul = [r for r in records if r["benchmark"] == "matmul"]
+    several = len({_dtype(r) for r in matmul}) > 1
+    keys = sorted({(r["device"], r["method"], _dtype(r)) for r in matmul})
+    cells = {}
+    for r in matmul:
+        text = r["status"].upper()
+        if r["status"] == "ok":
+            text = f"{fmt_seconds(r['seconds'])} ({r['gflops']:,.0f} GFLOP/s"
+            if r.get("spec_peak_gflops"):
+                text += f", {100 * r['gflops'] / r['spec_peak_gflops']:.0f}% of datasheet peak"
+            text += ")"
+        cells[(r["device"], r["method"], _dtype(r), r["size"])] = text
+    rows = [[size] + [cells.get(k + (size,), "–") for k in keys]
+            for size in sorted({r["size"] for r in matmul})]
+    return md_table(["size"] + [" ".join(k if several else k[:2]) for k in keys], rows)
 
 
 # ---------------------------------------------------------------- training
@@ -263,6 +211,21 @@ def matmul_table(records: list[dict]) -> str:
 def book_train(records: list[dict]) -> list[dict]:
     """Train records of the book's chapters (not Speed_Factors variants)."""
     return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
+
+
+def mode(record: dict) -> dict[str, str]:
+    """The mode a train record ran in, each field in words ("XLA off", "batch 100", ...)."""
+    def known(name: str, text: str) -> str:
+        return "?" if record.get(name) is None else text
+
+    return {
+        "xla": "XLA " + known("jit_compile", "on" if record.get("jit_compile") else "off"),
+        "precision": known("precision", str(record.get("precision"))),
+        "batch": "batch " + known("batch_size", str(record.get("batch_size"))),
+        "steps": "steps/exec " + known("steps_per_execution",
+                                       str(record.get("steps_per_execution"))),
+        "input": known("input_pipeline", str(record.get("input_pipeline"))),
+    }
 
 
 def training_rows(records: list[dict]) -> list[list]:
@@ -277,17 +240,16 @@ def training_rows(records: list[dict]) -> list[list]:
                 continue
             data = r["dataset"] + (" **(synthetic)**" if r["data_source"] == "synthetic"
                                    else f" ({r['data_source']})")
+            first = [MODEL_TITLES[model], column, r["device"], ", ".join(mode(r).values()),
+                     r["epochs"]]
             if r["status"] != "ok":
-                rows.append([MODEL_TITLES[model], column, r["device"], r["epochs"],
-                             r["status"].upper(), "–", "–", "–", "–", "–", data])
+                rows.append(first + [r["status"].upper(), "–", "–", "–", "–", "–", data])
                 continue
             saved, speedup = _versus(by_key.get((model, baseline(records, column))), r)
-            rows.append([
-                MODEL_TITLES[model], column, r["device"], r["epochs"],
+            accuracy = "–" if r["test_accuracy"] is None else f"{r['test_accuracy']:.3f}"
+            rows.append(first + [
                 fmt_seconds(r["total_seconds"]), fmt_seconds(r["steady_epoch_seconds"]),
-                fmt_seconds(r["first_epoch_seconds"]), saved, speedup,
-                f"{r['test_accuracy']:.3f}", data,
-            ])
+                fmt_seconds(r["first_epoch_seconds"]), saved, speedup, accuracy, data])
     return rows
 
 
@@ -295,7 +257,7 @@ def _versus(base: dict | None, other: dict) -> tuple[str, str]:
     """'% time saved' and 'speedup' of `other` against `base` ('baseline' for the base itself)."""
     if base is None:
         return "baseline", "1.00x"
-    if base["status"] != "ok":
+    if base["status"] != "ok" or not base["total_seconds"] or not other["total_seconds"]:
         return "–", "–"
     if base["epochs"] != other["epochs"] or base["train_samples"] != other["train_samples"]:
         return "n/a (different settings)", "–"
@@ -303,91 +265,120 @@ def _versus(base: dict | None, other: dict) -> tuple[str, str]:
     return f"{saved:.0f}%", f"{base['total_seconds'] / other['total_seconds']:.2f}x"
 
 
-TRAINING_HEADERS = ["model", "machine · env", "device", "epochs", "total time",
+TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "total time",
                     "steady epoch", "first epoch", "time saved vs CPU env", "speedup",
                     "test accuracy", "data"]
 
 
-def plot_epoch_bars(records: list[dict], path_or_ax=None):
-    """Grouped bars: steady-state epoch time (and epoch 1) per model, one bar per column."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
-
-    train = _ok(records, "train")
-    models = [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]
-    cols = [c for c in columns(records) if any(r["_column"] == c for r in train)]
-    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(4.5 * max(len(models), 1), 4.5),
-                             squeeze=False)
-    for ax, model in zip(axes[0], models):
-        steady, first = [], []
-        for column in cols:
-            r = next((r for r in train if r["model"] == model and r["_column"] == column), None)
-            steady.append((r["steady_epoch_seconds"] or r["first_epoch_seconds"]) if r else 0)
-            first.append(r["first_epoch_seconds"] if r else 0)
-        x = np.arange(len(cols))
-        ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
-        ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
-        for xi, value in zip(x, steady):
-            ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
-                        fontsize="small")
-        ax.set_xticks(x, cols, rotation=15, fontsize="small")
-        ax.set_title(MODEL_TITLES[model])
-        ax.set_ylabel("seconds per epoch")
-        ax.grid(True, axis="y", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))  # room below for the legend, clear of the bars
-    return fig
+def not_like_for_like(records: list[dict]) -> list[str]:
+    """A "**Not like for like:**" line per model whose compared columns ran in different modes."""
+    train = book_train(records)
+    by_key = {(r["model"], r["_column"]): r for r in train}
+    lines = []
+    for (model, column), record in by_key.items():
+        base = by_key.get((model, baseline(records, column)))
+        if base is None:
+            continue
+        theirs, ours = mode(base), mode(record)
+        differ = [name for name in ours if ours[name] != theirs[name]]
+        if differ:
+            lines.append(
+                f"**Not like for like:** {MODEL_TITLES.get(model, model)}: "
+                f"{record['env']}: {', '.join(ours[n] for n in differ)}, "
+                f"{base['env']}: {', '.join(theirs[n] for n in differ)}.")
+    return lines
 
 
-def plot_history(history: dict, epoch_seconds: list[float] | None = None):
-    """Training curves (loss and accuracy per epoch, train and validation) and time per epoch."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
-
-    panels = 3 if epoch_seconds else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
-    epochs = range(1, len(history.get("loss", [])) + 1)
-    for ax, metric in zip(axes, ("loss", "accuracy")):
-        ax.plot(epochs, history.get(metric, []), marker="o", label="train")
-        if f"val_{metric}" in history:
-            ax.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
-        ax.set_xlabel("epoch")
-        ax.set_title(metric)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    if epoch_seconds:
-        ax = axes[2]
-        ax.bar(range(1, len(epoch_seconds) + 1), epoch_seconds,
-               color=["tab:orange"] + ["tab:blue"] * (len(epoch_seconds) - 1))
-        ax.set_xlabel("epoch (orange: epoch 1, includes tracing)")
-        ax.set_ylabel("seconds")
-        ax.set_title("time per epoch")
-        ax.grid(True, axis="y", alpha=0.3)
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    return fig
+UNSTABLE_SPREAD = 0.20  # steady-epoch IQR over median above which timings are flagged
 
 
-def plot_confusion(matrix, class_names: list[str] | None = None):
-    """Confusion matrix as a heat map with counts, rows = true class."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+def unstable(records: list[dict]) -> list[str]:
+    """A line per train record whose steady epochs spread more than UNSTABLE_SPREAD."""
+    lines = []
+    for r in records:
+        if r["benchmark"] == "train" and r["status"] == "ok" and r.get("steady_epoch_iqr") \
+                and r["steady_epoch_seconds"] \
+                and r["steady_epoch_iqr"] / r["steady_epoch_seconds"] > UNSTABLE_SPREAD:
+            steady = r["epoch_seconds"][1:]
+            what = MODEL_TITLES.get(r["model"], r["model"]) + (f", {r['factor']}"
+                                                               if r.get("factor") else "")
+            lines.append(
+                f"- **unstable**: {r['_column']} {what} on {r['device']}: steady epochs "
+                f"{min(steady):.3g}..{max(steady):.3g} s (IQR "
+                f"{100 * r['steady_epoch_iqr'] / r['steady_epoch_seconds']:.0f}% of the median); "
+                "compare the minima (steady_epoch_min) or rerun on a quieter machine.")
+    return lines
 
-    names = class_names or [str(i) for i in range(len(matrix))]
-    fig, ax = plt.subplots(figsize=(7, 6))
-    image = ax.imshow(matrix, cmap="Blues")
-    for i in range(len(matrix)):
-        for j in range(len(matrix)):
-            ax.text(j, i, int(matrix[i][j]), ha="center", va="center", fontsize="x-small",
-                    color="white" if matrix[i][j] > matrix.max() / 2 else "black")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    return fig
+
+# ---------------------------------------------------------------- speed factors and scaling
+
+def factors_section(records: list[dict], charts: dict) -> list[str]:
+    """The "Speed factors" section from Speed_Factors records (gpubench.factors' numbers)."""
+    if not any(r["benchmark"] == "train" and r.get("factor") for r in records):
+        return []
+    from gpubench import factors, plots  # noqa: PLC0415 - factors imports no TensorFlow
+
+    lines = ["## Speed factors", "",
+             "Each variant changes one factor of the book's setting on the same device, measured "
+             "in interleaved rounds: x is the fastest steady round against the baseline's, the "
+             "interval spans the paired rounds, and an interval that includes 1.0 is "
+             "\"no clear effect\".", ""]
+    all_rows = []
+    for column in columns(records):
+        mine = [r for r in records if r["_column"] == column]
+        rows = factors.effects(mine)
+        if not rows:
+            continue
+        all_rows += rows
+        size = factors.crossover_batch_size(mine)
+        lines += [f"### {column}", "", factors.table(rows, ok_records(mine, "matmul")), "",
+                  factors.findings(rows), ""]
+        if size is not None:
+            lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
+    ax = plots.plot_factors(all_rows, ax=_axes((8, 0.35 * len(all_rows) + 1.5)))
+    charts["speed_factors.png"] = ax.figure
+    return lines + ["![Speed factors](speed_factors.png)", ""]
+
+
+SCALING_HEADERS = ["machine · env", "strategy", "workers", "replicas", "devices", "global batch",
+                   "samples/s", "scaling efficiency", "all-reduce", "test accuracy"]
+
+
+def scaling_rows(records: list[dict]) -> list[list]:
+    """One row per scaling record: replicas, workers, speed, efficiency, and the devices used."""
+    rows = []
+    scaling = [r for r in records if r["benchmark"] == "scaling"]
+    for r in sorted(scaling, key=lambda r: (r["_column"], str(r["strategy"]),
+                                            r["workers"] or 1, r["replicas"] or 0)):
+        virtual = f"virtual ({r['virtual_devices']} on one CPU)" if r.get("virtual_devices") \
+            else ", ".join(r.get("devices") or []) or r["device"]
+        if r["status"] != "ok":
+            rows.append([r["_column"], r["strategy"], r["workers"], r["replicas"], virtual,
+                         r["global_batch_size"], r["status"].upper(), "–", "–", "–"])
+            continue
+        efficiency = r["scaling_efficiency"]
+        rate = r["samples_per_second"]
+        rows.append([r["_column"], r["strategy"], r["workers"], r["replicas"], virtual,
+                     r["global_batch_size"], "–" if rate is None else f"{rate:,.0f}",
+                     "–" if efficiency is None else f"{100 * efficiency:.0f}%",
+                     r.get("all_reduce") or "–",
+                     "–" if r["test_accuracy"] is None else f"{r['test_accuracy']:.3f}"])
+    return rows
+
+
+def scaling_section(records: list[dict]) -> list[str]:
+    """The "Scaling" section, when there are scaling records."""
+    rows = scaling_rows(records)
+    if not rows:
+        return []
+    lines = ["## Scaling", "",
+             "Data-parallel training with tf.distribute. Scaling efficiency is samples per "
+             "second over replicas x the one-replica samples per second of the same run "
+             "(100%: perfect).", ""]
+    if any(r.get("virtual_devices") for r in records if r["benchmark"] == "scaling"):
+        lines += ["> **Virtual devices**: one CPU split into logical devices. These rows show "
+                  "that the mechanics work, not how real devices scale.", ""]
+    return lines + [md_table(SCALING_HEADERS, rows), ""]
 
 
 # ---------------------------------------------------------------- report
@@ -446,21 +437,49 @@ def _write(out: Path, text: str, charts: dict) -> Path:
     return report
 
 
+def _axes(figsize: tuple[float, float] = (8, 5)):
+    """Axes on a new Figure of the report's own, outside pyplot."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    return Figure(figsize=figsize).subplots()
+
+
+def _charts_matmul(matmul: list[dict], charts: dict) -> list[str]:
+    """The matmul charts on their own Figures; Markdown lines that show them."""
+    from gpubench import plots  # noqa: PLC0415
+
+    charts["matmul_time.png"] = plots.plot_matmul(matmul, "seconds", _axes()).figure
+    charts["matmul_gflops.png"] = plots.plot_matmul(matmul, "gflops", _axes()).figure
+    lines = ["![Time against matrix size](matmul_time.png)", "",
+             "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
+    ax = plots.plot_speedup(matmul, _axes())
+    if ax is not None:
+        charts["matmul_speedup.png"] = ax.figure
+        lines += ["![GPU speedup](matmul_speedup.png)", ""]
+    return lines
+
+
 def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = None) -> Path:
-    """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir)."""
+    """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir).
+
+    Charts are drawn on their own matplotlib Figures: the caller's pyplot state and backend
+    are left alone.
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from gpubench import plots  # noqa: PLC0415
+
     if not run_dirs:
         raise ValueError("no run directory given; pass at least one, e.g. runs/20261202T1830Z")
     problems: list[str] = []
     records = load(run_dirs, problems)
     jobs = [row for d in run_dirs for row in failed_jobs(d, problems)]
-    out = Path(out or run_dirs[0])
     cols = columns(records)
-    charts = {}
+    charts: dict = {}
     lines = ["# gpubench report", "",
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
              + f" · columns: {', '.join(cols) or 'none'}", ""]
-    has_gpu = any(r["device"].startswith("gpu") for r in records)
-    if not has_gpu:
+    if not any(r["device"].startswith("gpu") for r in records):
         lines += [f"> {ADD_GPU_HINT}", ""]
     if any(r.get("data_source") == "synthetic" for r in records):
         lines += ["> **Synthetic data** was used where the table says so: the timings are "
@@ -472,37 +491,38 @@ def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = Non
                   "Total time is all epochs (the book's number, 15 epochs in the full profile); "
                   "steady epoch is the median of epochs 2..n; epoch 1 includes tracing and "
                   "compilation. Time saved and speedup compare each env with the CPU env of "
-                  "the same machine.", "",
+                  "the same machine, in the mode each row shows.", "",
                   md_table(TRAINING_HEADERS, training_rows(records)), ""]
-        if _ok(train, "train"):
-            charts["epoch_times.png"] = plot_epoch_bars(train)
+        lines += [line + "\n" for line in not_like_for_like(records)]
+        if ok_records(train, "train"):
+            charts["epoch_times.png"] = plots.plot_epoch_bars(records, fig=Figure())
             lines += ["![Epoch times](epoch_times.png)", ""]
+    flagged = unstable(records)
+    if flagged:
+        lines += ["Timings that varied a lot between epochs (IQR over median above "
+                  f"{UNSTABLE_SPREAD:.0%}):", "", *flagged, ""]
 
     matmul = [r for r in records if r["benchmark"] == "matmul"]
     if matmul:
         lines += ["## Matrix multiplication", ""]
-        for column in cols:
+        for column in [c for c in cols if any(r["_column"] == c for r in matmul)]:
             col = [r for r in matmul if r["_column"] == column]
-            if not col:
-                continue
-            lines += [f"### {column}", "",
-                      f"Crossover (rigorous): {crossover_text(col, 'rigorous')}; "
-                      f"(book's single timing): {crossover_text(col, 'book')}.", "",
-                      matmul_table(col), ""]
-        charts["matmul_time.png"] = plot_matmul(matmul, "seconds").figure
-        charts["matmul_gflops.png"] = plot_matmul(matmul, "gflops").figure
-        lines += ["![Time against matrix size](matmul_time.png)", "",
-                  "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
-        ax = plot_speedup(matmul)
-        if ax is not None:
-            charts["matmul_speedup.png"] = ax.figure
-            lines += ["![GPU speedup](matmul_speedup.png)", ""]
+            dtypes = sorted({_dtype(r) for r in col})
+            lines += [f"### {column}", ""]
+            for dtype in dtypes:
+                at = f" at {dtype}" if len(dtypes) > 1 else ""
+                lines += [f"Crossover{at} (rigorous): {crossover_text(col, 'rigorous', dtype)}; "
+                          f"(book's single timing): {crossover_text(col, 'book', dtype)}.", ""]
+            lines += [matmul_table(col), ""]
+        lines += _charts_matmul(matmul, charts)
 
+    lines += factors_section(records, charts)
+    lines += scaling_section(records)
     lines += problems_section(records, jobs, problems)
     lines += ["## Environments", "",
               md_table(["machine · env", "CPU", "GPU", "TensorFlow", "Python", "commit", "data"],
                        environment_rows(records)), ""]
-    return _write(out, "\n".join(lines), charts)
+    return _write(Path(out or run_dirs[0]), "\n".join(lines), charts)
 
 
 def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
@@ -546,7 +566,7 @@ def show(report_path: str | os.PathLike) -> None:
 
 def book_vs_rigorous(records: list[dict]) -> str:
     """Why the book's single timing misleads at small sizes, told with the numbers just measured."""
-    ok = _ok(records, "matmul")
+    ok = ok_records(records, "matmul")
     lines = []
     for device in sorted({r["device"] for r in ok}, key=lambda d: (d == "cpu", d)):
         book = {r["size"]: r for r in ok if r["device"] == device and r["method"] == "book"}
@@ -579,3 +599,16 @@ def book_vs_rigorous(records: list[dict]) -> str:
         if any(r["device"].startswith("gpu") for r in ok):
             text.append(f"- Crossover by the {method} method: {crossover_text(records, method)}.")
     return "\n".join(text)
+
+
+_MOVED_TO_PLOTS = ("plot_matmul", "plot_speedup", "plot_history", "plot_confusion",
+                   "plot_epoch_bars")
+
+
+def __getattr__(name: str):
+    """`report.plot_*` still works while the chapters move to `gpubench.plots`."""
+    if name in _MOVED_TO_PLOTS:
+        from gpubench import plots  # noqa: PLC0415
+
+        return getattr(plots, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

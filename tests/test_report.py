@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from gpubench import report, results
 
 
@@ -60,6 +64,11 @@ def table_rows(text: str, first_cell: str) -> list[list[str]]:
             if line.startswith(f"| {first_cell} |")]
 
 
+def cell(row: list[str], header: str) -> str:
+    """The cell of a training-table row under `header`."""
+    return row[report.TRAINING_HEADERS.index(header)]
+
+
 def job(env: str, notebook: str, status: str, error: str | None = None) -> dict:
     """One job of run.json as the runner writes it."""
     return {"env": env, "notebook": notebook, "status": status, "error": error,
@@ -75,7 +84,8 @@ def test_only_each_jobs_latest_attempt_counts(tmp_path, monkeypatch):
     second = [train("cpu", 100.0), matmul("cpu", "cpu", 1000, 2.0)]
     text = build_text(write_run(tmp_path, first + second))
     cpu, gpu = table_rows(text, "MNIST MLP h1000")
-    assert cpu[4] == "100 s" and gpu[4] == "50 s"  # attempt 1 of the cpu job is ignored
+    # attempt 1 of the cpu job is ignored
+    assert cell(cpu, "total time") == "100 s" and cell(gpu, "total time") == "50 s"
     assert table_rows(text, "500") == [] and table_rows(text, "1000") != []
 
 
@@ -165,7 +175,7 @@ def test_two_machines_each_compare_with_their_own_cpu_env(tmp_path):
 def test_a_slower_gpu_shows_negative_savings(tmp_path):
     rows = table_rows(build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 125.0)])),
                       "MNIST MLP h1000")
-    assert rows[1][7:9] == ["-25%", "0.80x"]
+    assert [cell(rows[1], "time saved vs CPU env"), cell(rows[1], "speedup")] == ["-25%", "0.80x"]
 
 
 def _sweep(gpu_seconds: float) -> list[dict]:
@@ -185,3 +195,19 @@ def _sweep(gpu_seconds: float) -> list[dict]:
 def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words):
     text = build_text(write_run(tmp_path, _sweep(gpu_seconds)))
     assert f"Crossover (rigorous): {words};" in text
+
+
+# ---------------------------------------------------------------- no side effects on the caller
+
+def test_build_leaves_the_callers_matplotlib_backend_and_pyplot_alone(tmp_path):
+    write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)] + _sweep(1.6))
+    script = ("import sys, matplotlib; from gpubench import report; "
+              f"report.build([{str(tmp_path)!r}]); "
+              "plt = sys.modules.get('matplotlib.pyplot'); "
+              "print(matplotlib.get_backend(), len(plt.get_fignums()) if plt else 0)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "MPLBACKEND": "svg"}, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["svg", "0"]  # no pyplot figure left open either
+    assert {"epoch_times.png", "matmul_time.png", "matmul_speedup.png"} <= {
+        p.name for p in tmp_path.iterdir()}

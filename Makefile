@@ -12,6 +12,10 @@ ENVS ?=
 GPU ?=
 PYTEST_ARGS ?=
 
+# This checkout's kernels (registered by setup in .jupyter/kernels) come first, ahead of
+# the --user ones that another clone's setup may have repointed.
+export JUPYTER_PATH := $(CURDIR)/.jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
+
 # The Python that drives papermill and pytest: the gpubench-cpu conda env, else .venv.
 # Recursively expanded, so it is computed after `setup` has run.
 DRIVER = $(shell $(PYTHON) -m gpubench envs --driver)

@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _SUBMODULES = (
-    "cli", "data", "devices", "envs", "matmul", "models", "notebook", "profiles",
-    "report", "results", "runner", "timing", "training",
+    "checks", "cli", "data", "devices", "envs", "factors", "matmul", "models", "notebook",
+    "plots", "profiles", "report", "results", "runner", "scaling", "timing", "training",
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 
 from gpubench import __version__
@@ -16,13 +17,25 @@ from gpubench import __version__
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpubench",
+        prog="gpubench", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="How much faster does TensorFlow run on your GPU than on your CPU?",
+        epilog="examples:\n"
+               "  gpubench setup                      # the CPU env (and the GPU env if a GPU is found)\n"
+               "  gpubench run --profile quick        # every notebook in every env, then the report\n"
+               "  gpubench report runs/20260101-120000\n"
+               "exit codes: 0 all ok, 1 some notebook failed, 2 bad usage or input",
     )
     parser.add_argument("--version", action="version", version=f"gpubench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run every notebook in every env, then write the report")
+    run = sub.add_parser(
+        "run", help="run every notebook in every env, then write the report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  gpubench run --profile quick --envs cpu\n"
+               "  gpubench run --notebooks performanceTest -p 'sizes=[500, 1000]' --out runs/mm\n"
+               "  gpubench run --resume runs/mm        # finish an interrupted or failed run\n"
+               "A run directory is used by one process at a time (it holds RUN_DIR/run.lock).")
     run.add_argument("--profile", choices=("full", "quick"),
                      help="full = the book's settings (default), quick = a smoke run")
     run.add_argument("--envs", help="comma-separated envs, e.g. cpu,gpu (default: all set up)")
@@ -31,24 +44,70 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or failed run")
     run.add_argument("--param", "-p", action="append", metavar="[NOTEBOOK:]NAME=VALUE",
                      help="extra notebook parameter, e.g. -p data_dir=/data or "
-                          "-p Mnist_CNN:epochs=5 (repeatable; values parsed as JSON)")
+                          "-p Mnist_CNN:epochs=5 (repeatable; values parsed as JSON; checked "
+                          "against the notebook's parameters cell before anything runs)")
 
-    rep = sub.add_parser("report", help="write report.md and charts from run directories")
-    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    rep.add_argument("--out", help="output folder (default: the first RUN_DIR)")
+    rep = sub.add_parser(
+        "report", help="write report.md and charts from run directories",
+        description="Read RUN_DIR/results.jsonl of each RUN_DIR (a folder written by `gpubench "
+                    "run`; several of them compare machines) and write report.md and its PNG "
+                    "charts into the first RUN_DIR, or into --out.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  gpubench report runs/20260101-120000\n"
+               "  gpubench report runs/laptop runs/gpu-box --out runs/compared")
+    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                     help="a run directory (holds results.jsonl)")
+    rep.add_argument("--out", help="folder for report.md and the PNGs (default: the first RUN_DIR)")
 
-    setup = sub.add_parser("setup", help="create the envs and register their Jupyter kernels")
+    setup = sub.add_parser(
+        "setup", help="create the envs and register their Jupyter kernels",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  python3 -m gpubench setup\n  python3 -m gpubench setup --gpu")
     setup.add_argument("--gpu", action="store_true",
                        help="also create the GPU env even if nvidia-smi lists no GPU")
 
-    envs = sub.add_parser("envs", help="list the envs, their TensorFlow and whether it sees a GPU")
+    envs = sub.add_parser(
+        "envs", help="list the envs, their TensorFlow, whether it sees a GPU, and their checkout",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  gpubench envs")
     envs.add_argument("--driver", action="store_true",
                       help="print only the Python that runs gpubench itself (for the Makefile)")
 
-    doctor = sub.add_parser("doctor", help="print this environment and check the GPU")
+    doctor = sub.add_parser(
+        "doctor", help="print this environment and check the GPU",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  gpubench doctor\n  gpubench doctor --gpu   # exit 1 unless a GPU is usable")
     doctor.add_argument("--gpu", action="store_true", help="exit 1 unless a GPU is usable")
     doctor.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    _add_scaling(sub)
     return parser
+
+
+def _add_scaling(sub) -> None:
+    """The `scaling` subcommand (issue 10): data-parallel training on several workers."""
+    scaling = sub.add_parser(
+        "scaling", help="multi-worker training with tf.distribute: local workers or one machine "
+                        "of a cluster",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  gpubench scaling --local-workers 2 --profile quick\n"
+               "  # on each machine of a cluster, the same list and its own index:\n"
+               "  gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345 --index 0 --out runs/s1\n"
+               "  gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345 --index 1\n"
+               "worker 0 writes the records to RUN_DIR/results.jsonl; then: gpubench report RUN_DIR")
+    where = scaling.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local-workers", type=int, metavar="N",
+                       help="start N workers on 127.0.0.1 (free ports), one machine as a cluster")
+    where.add_argument("--cluster", metavar="HOST:PORT,...",
+                       help="every worker's address, the same list on every machine")
+    scaling.add_argument("--index", type=int, metavar="I",
+                         help="this machine's position in --cluster (0 = the one writing records)")
+    scaling.add_argument("--profile", choices=("full", "quick"),
+                         help="Multi_GPU_Scaling's settings: full (default) or quick")
+    scaling.add_argument("--replicas", type=int, metavar="N",
+                         help="devices each worker trains on (default: every GPU, else the CPU)")
+    scaling.add_argument("--out", help="run directory for the records (default: runs/scaling-<id>)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as exc:
         print(f"gpubench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only or full disk: say which file, never a traceback
+        from gpubench import results  # noqa: PLC0415
+
+        print(f"gpubench {args.command}: error: cannot write {exc.filename or 'a file'}: "
+              f"{results.write_problem(exc)}; free some space or choose a writable folder",
+              file=sys.stderr)
         return 2
     except RuntimeError as exc:  # envs.EnvError and the GPU guard: a setup problem, said plainly
         print(f"gpubench {args.command}: {exc}", file=sys.stderr)
@@ -91,7 +157,11 @@ def _setup(args: argparse.Namespace) -> int:
 def _envs(args: argparse.Namespace) -> int:
     from gpubench import envs  # noqa: PLC0415
 
-    print(envs.driver_python() if args.driver else envs.envs_report())
+    if args.driver:
+        print(envs.driver_python())
+    else:
+        envs.use_checkout_kernels()
+        print(envs.envs_report())
     return 0
 
 
@@ -104,6 +174,10 @@ def _doctor(args: argparse.Namespace) -> int:
     else:
         print(notebook.describe_environment(snapshot))
         print(f"Devices TensorFlow sees: {', '.join(devices.list_devices())}")
+    if not devices.nvidia_smi_gpus() and not devices.list_devices()[1:]:
+        why = "nvidia-smi not found" if shutil.which("nvidia-smi") is None else "nvidia-smi lists none"
+        print(f"GPU check: no NVIDIA GPU on this machine ({why}); TensorFlow runs on the CPU.")
+        return 1 if args.gpu else 0
     try:
         gpus = devices.check_gpu()
     except devices.GPUNotAvailableError as exc:
@@ -113,4 +187,11 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _run, "report": _report, "setup": _setup, "envs": _envs, "doctor": _doctor}
+def _scaling(args: argparse.Namespace) -> int:
+    from gpubench import scaling  # noqa: PLC0415
+
+    return scaling.cli_main(args)
+
+
+_COMMANDS = {"run": _run, "report": _report, "setup": _setup, "envs": _envs, "doctor": _doctor,
+             "scaling": _scaling}

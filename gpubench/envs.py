@@ -3,8 +3,13 @@
 Env NAME runs in the Jupyter kernel "gpubench-NAME" (cpu -> gpubench-cpu,
 gpu -> gpubench-gpu); with conda the conda env has the kernel's name. With
 mamba, conda or micromamba on PATH the envs come from environment-NAME.yml;
-without, from venvs (.venv, .venv-gpu) and pip. Kernels are registered with
-`--user`, so every Jupyter (JupyterLab, papermill) finds them.
+without, from venvs (.venv, .venv-gpu) and pip.
+
+Each kernel is registered twice: in this checkout's own Jupyter folder
+(CHECKOUT/.jupyter/kernels, with PYTHONPATH=CHECKOUT so it imports this
+checkout's gpubench even from a conda env that several clones share), which
+`gpubench run`, `make lab` and `make test` put first on JUPYTER_PATH; and with
+`--user`, for Jupyter started by hand (the last `make setup` of any clone wins there).
 
 This module runs from a bare `python3 -m gpubench setup` before anything is
 installed: it imports only the standard library at module level.
@@ -12,17 +17,22 @@ installed: it imports only the standard library at module level.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shlex
 import shutil
-import string
 import subprocess
 import sys
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: gpubench runs in WSL2 there; no locks
+    fcntl = None
 
 from gpubench import devices  # stdlib-only at import; TensorFlow loads on first use
 
@@ -40,12 +50,13 @@ SETUP_COMMANDS = {
     "gpu": "`make setup GPU=1` (or `gpubench setup --gpu`)",
 }
 
-# Printed by the kernel's own Python in `probe`; its last stdout line is the JSON report.
+# Run in the kernel itself by `probe`; its last stdout line is the JSON report.
 _PROBE_SCRIPT = """\
-import json, platform, sys
+import json, os, platform, sys
 sys.path = [p for p in sys.path if p not in ("", ".")]  # only what the kernel itself can import
 out = {"python": platform.python_version(), "executable": sys.executable, "tensorflow": None,
-       "cuda_build": None, "gpus": [], "gpubench": None, "error": None}
+       "cuda_build": None, "gpus": [], "gpubench": None, "checkout": None, "diagnosis": None,
+       "error": None}
 try:
     import tensorflow as tf
     out["tensorflow"] = tf.__version__
@@ -56,6 +67,10 @@ except Exception as exc:
 try:
     import gpubench
     out["gpubench"] = gpubench.__version__
+    out["checkout"] = os.path.dirname(os.path.dirname(os.path.abspath(gpubench.__file__)))
+    if out["tensorflow"] and not out["gpus"]:
+        from gpubench import devices
+        out["diagnosis"] = devices.diagnose()
 except Exception:
     pass
 print(json.dumps(out))
@@ -71,18 +86,37 @@ def kernel_name(env: str) -> str:
     return KERNEL_PREFIX + env
 
 
-def env_name(kernel: str) -> str:
-    """The env of Jupyter kernel `kernel` ("gpubench-cpu" -> "cpu")."""
-    if not kernel.startswith(KERNEL_PREFIX):
-        raise EnvError(
-            f"kernel {kernel!r} is not a gpubench kernel; use a name of the form {KERNEL_PREFIX}ENV"
-        )
-    return kernel[len(KERNEL_PREFIX):]
-
-
 def project_root() -> Path:
     """The folder holding pyproject.toml and the environment-*.yml files."""
     return Path(__file__).resolve().parent.parent
+
+
+def checkout_kernels_dir(root: Path | None = None) -> Path:
+    """This checkout's own Jupyter data folder; its kernels/ holds the kernels of this checkout."""
+    return (Path(root) if root is not None else project_root()) / ".jupyter"
+
+
+def use_checkout_kernels() -> None:
+    """Put this checkout's kernels first on JUPYTER_PATH (in os.environ), ahead of --user ones."""
+    first = str(checkout_kernels_dir())
+    rest = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != first]
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([first, *rest])
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
+    """Hold an exclusive flock on `path` (created if needed); the OS drops it when the process dies.
+
+    With wait=False a lock held elsewhere raises BlockingIOError at once.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def find_conda() -> str | None:
@@ -216,17 +250,34 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
     )
     if not ok:
         return False
-    register = [
-        conda, "run", "-n", kernel, "python", "-m", "ipykernel", "install", "--user",
-        "--name", kernel, "--display-name", _display_name(kernel, CONDA_PYTHON),
-    ]
     check = [conda, "run", "-n", kernel, "python", "-m", "ipykernel", "--version"]
-    return _run(
-        register,
-        f"register the Jupyter kernel {kernel}",
+    return _register(
+        [conda, "run", "-n", kernel, "python"], name, CONDA_PYTHON, root,
         f"ipykernel comes from {yml}; check `{shlex.join(check)}`, then run setup again.",
-        cwd=root, echo=echo, env=_conda_env(),
+        echo, _conda_env(),
     )
+
+
+def _register(python: list[str], name: str, version: tuple[int, int], root: Path, hint: str,
+              echo: Callable, env: dict | None = None) -> bool:
+    """Register env `name`'s kernel in this checkout's folder, then with --user.
+
+    The --user step holds a per-user lock: `ipykernel install` deletes and re-copies the
+    kernel folder, so two at once crash one of them (its logo-svg.svg vanishes).
+    """
+    kernel = kernel_name(name)
+    base = [*python, "-m", "ipykernel", "install", "--user", "--name", kernel]
+    here = base + ["--display-name", f"{_display_name(kernel, version)} {root}",
+                   "--env", "PYTHONPATH", str(root)]
+    env = dict(env if env is not None else os.environ)
+    step = f"register the Jupyter kernel {kernel}"
+    if not _run(here, step + " for this checkout", hint, cwd=root, echo=echo,
+                env={**env, "JUPYTER_DATA_DIR": str(checkout_kernels_dir(root))}):
+        return False
+    user = os.getuid() if hasattr(os, "getuid") else 0
+    with locked(Path(tempfile.gettempdir()) / f"gpubench-kernels-{user}.lock"):
+        return _run(base + ["--display-name", _display_name(kernel, version)], step + " (--user)",
+                    hint, cwd=root, echo=echo, env=env)
 
 
 def _pyproject_digest(root: Path) -> str:
@@ -289,19 +340,30 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
         if not ok:
             return False
         stamp.write_text(digest + "\n")
-    return _run(
-        [str(python), "-m", "ipykernel", "install", "--user", "--name", kernel,
-         "--display-name", _display_name(kernel, sys.version_info[:2])],
-        f"register the Jupyter kernel {kernel}",
+    return _register(
+        [str(python)], name, sys.version_info[:2], root,
         f"ipykernel comes with gpubench's dependencies; check `{python} -m ipykernel --version`, "
         f"or delete {dirname} and run setup again.",
-        cwd=root, echo=echo,
+        echo,
     )
 
 
 def setup(gpu: bool = False, *, root: Path | None = None, echo: Callable = print) -> int:
-    """Create the cpu env (and gpu env if asked or a GPU is found), register their kernels; 0 ok, 1 failed."""
+    """Create the cpu env (and gpu env if asked or a GPU is found), register their kernels; 0 ok, 1 failed.
+
+    One setup per checkout at a time: a second one waits, then finds the work done.
+    """
     root = Path(root) if root is not None else project_root()
+    try:
+        with locked(checkout_kernels_dir(root) / "setup.lock"):
+            return _setup(gpu, root, echo)
+    except OSError as exc:
+        echo(f"setup failed: cannot write in {root} ({exc.strerror or exc}); run it in a writable clone")
+        return 1
+
+
+def _setup(gpu: bool, root: Path, echo: Callable) -> int:
+    """setup's steps, under the checkout's lock."""
     try:
         conda = find_conda()
     except EnvError as exc:
@@ -340,7 +402,7 @@ def driver_python(root: Path | None = None) -> str:
 
 
 def kernel_specs() -> dict[str, dict]:
-    """Installed gpubench-* kernelspecs: name -> {argv, env, display_name, resource_dir}."""
+    """Env name -> its installed gpubench-ENV kernelspec: {kernel, argv, env, display_name, resource_dir}."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - not in bare python3
     except ImportError as exc:
@@ -353,7 +415,8 @@ def kernel_specs() -> dict[str, dict]:
         if not name.startswith(KERNEL_PREFIX):
             continue
         spec = info["spec"]
-        specs[name] = {
+        specs[name[len(KERNEL_PREFIX):]] = {
+            "kernel": name,
             "argv": list(spec.get("argv") or []),
             "env": dict(spec.get("env") or {}),
             "display_name": spec.get("display_name", name),
@@ -362,18 +425,20 @@ def kernel_specs() -> dict[str, dict]:
     return specs
 
 
-def kernel_exists(name: str) -> bool:
-    """Whether a Jupyter kernel named `name` is installed (gpubench-* kernels only)."""
-    return name in kernel_specs()
+def foreign_kernel(spec: dict) -> str | None:
+    """Why a kernel (from kernel_specs) would run another checkout's code, or None when it is ours.
 
-
-def kernel_environ(spec: dict) -> dict[str, str]:
-    """os.environ with the kernelspec's env merged in (${VAR} expanded, as Jupyter does)."""
-    env = dict(os.environ)
-    for key, value in spec["env"].items():
-        env[key] = string.Template(str(value)).safe_substitute(os.environ)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return env
+    Ours: registered in this checkout's folder, or told PYTHONPATH=this checkout, or running
+    a Python inside this checkout (.venv). A conda env's --user kernel is none of these.
+    """
+    root = project_root()
+    python = os.path.abspath(spec["argv"][0]) if spec["argv"] else ""
+    if (Path(spec["resource_dir"]).resolve().is_relative_to(checkout_kernels_dir().resolve())
+            or spec["env"].get("PYTHONPATH") == str(root) or Path(python).is_relative_to(root)):
+        return None
+    return (f"kernel {spec['kernel']} ({spec['resource_dir']}) is not this checkout's: it runs "
+            f"{python or 'nothing'}, which may import another clone's gpubench; run `make setup` "
+            f"in {root} to register this checkout's kernels")
 
 
 def _last_json_line(text: str) -> dict | None:
@@ -389,47 +454,54 @@ def _last_json_line(text: str) -> dict | None:
     return None
 
 
-def probe(kernel_name: str, timeout: float = 120) -> dict:
-    """Ask a kernel's own Python for its Python, TensorFlow and GPUs; failures go in "error"."""
-    result = {
-        "kernel": kernel_name, "env": kernel_name.removeprefix(KERNEL_PREFIX), "python": None,
-        "executable": None, "tensorflow": None, "cuda_build": None, "gpus": [], "gpubench": None,
-        "error": None,
-    }
-    spec = kernel_specs().get(kernel_name)
+def probe(env: str, timeout: float = 120) -> dict:
+    """Start env's kernel with jupyter_client and ask it for its Python, TensorFlow, GPUs and
+    gpubench checkout (with the GPU diagnosis when it sees none); failures go in "error"."""
+    from jupyter_client.manager import KernelManager  # noqa: PLC0415 - not in bare python3
+
+    kernel = kernel_name(env)
+    result = {"kernel": kernel, "env": env, "python": None, "executable": None,
+              "tensorflow": None, "cuda_build": None, "gpus": [], "gpubench": None,
+              "checkout": None, "diagnosis": None, "error": None}
+    spec = kernel_specs().get(env)
     if spec is None:
-        result["error"] = f"no Jupyter kernel named {kernel_name!r}; `make setup` registers gpubench-cpu"
+        result["error"] = f"no Jupyter kernel named {kernel!r}; `make setup` registers {kernel_name('cpu')}"
         return result
-    if not spec["argv"]:
-        result["error"] = f"its kernel.json in {spec['resource_dir']} has an empty argv"
-        return result
-    env = kernel_environ(spec)
-    exe = shutil.which(spec["argv"][0], path=env.get("PATH")) or spec["argv"][0]
-    result["executable"] = exe
-    if not Path(exe).is_file():
-        result["error"] = (
-            f"its python {exe} does not exist (argv[0] of "
-            f"{Path(spec['resource_dir']) / 'kernel.json'}); re-create the env with `make setup`, "
-            f"or remove the kernel with `jupyter kernelspec remove {kernel_name}`"
-        )
-        return result
-    try:
-        out = subprocess.run(
-            [exe, "-c", _PROBE_SCRIPT], capture_output=True, text=True, timeout=timeout, env=env
-        )
-    except subprocess.TimeoutExpired:
-        result["error"] = f"{exe} gave no answer within {timeout:g} s"
-        return result
-    except OSError as exc:
-        result["error"] = f"{exe} does not run: {exc}"
-        return result
-    report = _last_json_line(out.stdout)
+    result["executable"] = spec["argv"][0] if spec["argv"] else None
+    manager = KernelManager(kernel_name=kernel)
+    with tempfile.TemporaryFile("w+") as errors:
+        try:
+            manager.start_kernel(stdout=subprocess.DEVNULL, stderr=errors)
+        except Exception as exc:  # noqa: BLE001 - a missing python, an empty argv, a bad kernel.json
+            result["error"] = (f"its kernel does not start ({exc}); see {spec['resource_dir']}/kernel.json: "
+                               "re-create the env with `make setup`, or remove it with "
+                               f"`jupyter kernelspec remove {kernel}`")
+            return result
+        output: list[str] = []
+        client = manager.client()
+        try:
+            client.start_channels()
+            client.wait_for_ready(timeout=timeout)
+            client.execute_interactive(
+                _PROBE_SCRIPT, timeout=timeout, store_history=False,
+                output_hook=lambda msg: output.append(msg["content"].get("text", "")),
+            )
+        except Exception as exc:  # noqa: BLE001 - the kernel died or hung: say how
+            process = getattr(manager.provisioner, "process", None)
+            code = process.poll() if process is not None else None
+            errors.seek(0)
+            tail = " | ".join(errors.read().strip().splitlines()[-5:]) or "no output"
+            result["error"] = (f"its kernel exited with code {code}: {tail}" if code is not None
+                               else f"its kernel gave no answer within {timeout:g} s ({exc})")
+            return result
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    report = _last_json_line("".join(output))
     if report is None:
-        tail = " | ".join(out.stderr.strip().splitlines()[-5:]) or "no output"
-        result["error"] = f"{exe} exited with code {out.returncode} without a report: {tail}"
+        result["error"] = "its kernel printed no probe report: " + "".join(output)[-300:]
         return result
-    result.update({key: report.get(key) for key in
-                   ("python", "executable", "tensorflow", "cuda_build", "gpubench", "error")})
+    result.update({key: report.get(key) for key in result if key in report})
     result["gpus"] = list(report.get("gpus") or [])
     return result
 
@@ -455,6 +527,14 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
+def _checkout_cell(info: dict) -> str:
+    """Which checkout's gpubench the kernel imports, marked when it is not this one."""
+    if not info["checkout"]:
+        return "-"
+    here = Path(info["checkout"]) == project_root()
+    return info["checkout"] + ("" if here else "  (ANOTHER checkout)")
+
+
 def _problems(info: dict) -> list[str]:
     """The warnings the report prints under the table for one probed kernel."""
     if info["error"]:
@@ -470,28 +550,33 @@ def _problems(info: dict) -> list[str]:
             f"WARNING: {info['kernel']}: gpubench does not import in this kernel, so the notebooks "
             "will fail there; run `make setup` (it installs gpubench into the env)"
         )
+    elif Path(info["checkout"]) != project_root():
+        lines.append(
+            f"WARNING: {info['kernel']}: runs the gpubench of {info['checkout']}, not of this "
+            "checkout; run `make setup` here"
+        )
     return lines
 
 
 def envs_report() -> str:
     """A plain-text table of the gpubench-* kernels, with the fix for each missing or broken env."""
     specs = kernel_specs()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        probes = list(pool.map(probe, sorted(specs)))
-    lines = ["gpubench environments (Jupyter kernels named gpubench-ENV):", ""]
+    probes = [probe(env) for env in specs]
+    lines = [f"gpubench environments (Jupyter kernels named {kernel_name('ENV')}; "
+             f"this checkout: {project_root()}):", ""]
     if probes:
-        rows = [["env", "kernel", "TensorFlow", "GPU", "python"]]
+        rows = [["env", "kernel", "TensorFlow", "GPU", "python", "checkout (gpubench it runs)"]]
         for info in probes:
             rows.append([
                 info["env"], info["kernel"], info["tensorflow"] or "-", _gpu_cell(info),
-                info["executable"] or "-",
+                info["executable"] or "-", _checkout_cell(info),
             ])
         lines += _table(rows)
     else:
         lines.append("no gpubench kernels are registered")
     notes = []
     for env in STANDARD_ENVS:
-        if kernel_name(env) not in specs:
+        if env not in specs:
             kernel = kernel_name(env)
             notes.append(f"{env}: not set up (no kernel {kernel}); create it with {SETUP_COMMANDS[env]}")
     for info in probes:

@@ -2,16 +2,24 @@
 
 Run directory (DESIGN.md): RUN_DIR/<env>/<notebook>.ipynb, RUN_DIR/results.jsonl,
 RUN_DIR/report.md, RUN_DIR/*.png, plus RUN_DIR/run.json, the job list that
-`--resume` reads.
+`--resume` reads, and RUN_DIR/run.lock, which the running process holds
+(flock: the OS drops it when the process dies, even by kill -9).
+
+A kernel dies with its runner (Linux: PR_SET_PDEATHSIG; elsewhere ipykernel's
+own parent polling, within a second). Ctrl-C or SIGTERM interrupts the kernel
+first, so the notebook keeps what it measured, then stops the run; a second one
+stops it at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
 import os
-import subprocess
+import re
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -19,7 +27,16 @@ from pathlib import Path
 
 from gpubench import envs, profiles, results
 
+# papermill -> nbformat -> jsonschema builds rfc3987_syntax's URI grammar at import: ~3.5 s of
+# CPU for a format check neither of them uses. Without it a typo in -p is reported in a second.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 MANIFEST = "run.json"
+LOCK = "run.lock"
+# Parameters the runner sets itself, and the option a user gives instead.
+RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "--envs"}
+# Colours and cursor moves (Keras's model summary goes through rich); kept out of logs.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 class UsageError(ValueError):
@@ -35,11 +52,12 @@ class Job:
     status: str = "pending"  # pending | ok | failed | skipped | interrupted
     seconds: float | None = None
     error: str | None = None
+    attempt: int = 0  # how many times the job was executed; its records carry this number
 
     @property
     def kernel(self) -> str:
         """The Jupyter kernel of this job's env."""
-        return f"gpubench-{self.env}"
+        return envs.kernel_name(self.env)
 
     def output(self, run_dir: Path) -> Path:
         """Where papermill writes the executed notebook."""
@@ -80,8 +98,8 @@ def check_notebooks(names: list[str] | None) -> list[str]:
 
 
 def available_envs() -> list[str]:
-    """Envs with a registered gpubench-* kernel."""
-    return sorted(name.removeprefix("gpubench-") for name in envs.kernel_specs())
+    """Envs with a registered kernel."""
+    return sorted(envs.kernel_specs())
 
 
 def check_envs(names: list[str] | None) -> list[str]:
@@ -93,7 +111,7 @@ def check_envs(names: list[str] | None) -> list[str]:
     if unknown:
         known = list(envs.STANDARD_ENVS) + [e for e in registered if e not in envs.STANDARD_ENVS]
         raise UsageError(f"unknown env(s) {', '.join(unknown)}; use some of {', '.join(known)} "
-                         "(an env is a Jupyter kernel named gpubench-<env>)")
+                         f"(an env is a Jupyter kernel named {envs.kernel_name('ENV')})")
     return list(dict.fromkeys(names))
 
 
@@ -108,11 +126,42 @@ def parse_params(items: list[str] | None) -> dict[str, dict]:
             raise UsageError(f"bad --param {item!r}; write NAME=VALUE or NOTEBOOK:NAME=VALUE")
         if target != "*":
             check_notebooks([target])
+        if name in RUNNER_PARAMS:
+            raise UsageError(f"-p {name} belongs to the runner; use {RUNNER_PARAMS[name]} instead")
         try:
             parsed.setdefault(target, {})[name] = json.loads(value)
         except json.JSONDecodeError:
             parsed.setdefault(target, {})[name] = value
     return parsed
+
+
+def declared_parameters(notebook: str) -> list[str]:
+    """The names in a notebook's `parameters` cell, as papermill reads them."""
+    import papermill  # noqa: PLC0415 - only the driver env has it
+
+    return list(papermill.inspect_notebook(str(notebooks_dir() / f"{notebook}.ipynb")))
+
+
+def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
+    """Refuse a -p name no notebook it targets declares, or a value its notebook would reject."""
+    from gpubench import notebook as nb_rules  # noqa: PLC0415
+
+    targets = {scope: notebooks if scope == "*" else [scope] for scope in params}
+    declared = {nb: declared_parameters(nb) for scope in targets for nb in targets[scope]}
+    for scope, values in params.items():
+        for name in values:
+            if not any(name in declared[nb] for nb in targets[scope]):
+                takes = "; ".join(f"{nb} takes {', '.join(declared[nb])}" for nb in targets[scope])
+                raise UsageError(f"unknown parameter -p {name}: {takes}")
+    if not hasattr(nb_rules, "check_params"):
+        return
+    for nb in dict.fromkeys(nb for scope in targets for nb in targets[scope]):
+        given = {name: value for scope in ("*", nb) for name, value in params.get(scope, {}).items()
+                 if name in declared[nb]}
+        try:
+            nb_rules.check_params(nb, given)
+        except ValueError as exc:
+            raise UsageError(f"-p for {nb}: {exc}") from None
 
 
 # ---------------------------------------------------------------- run directory
@@ -123,28 +172,70 @@ def is_run_dir(path: Path) -> bool:
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
-    """Save run.json atomically."""
+    """Save run.json atomically; a full or read-only disk is a UsageError naming the file."""
     tmp = run_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    tmp.replace(run_dir / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        tmp.replace(run_dir / MANIFEST)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise UsageError(f"cannot write {run_dir / MANIFEST}: {results.write_problem(exc)}; free "
+                         f"some space or make {run_dir} writable, then "
+                         f"`gpubench run --resume {run_dir}`") from None
+
+
+def _holder(run_dir: Path) -> str:
+    """The PID written in run.lock by the process holding it (it may still be writing it)."""
+    for _ in range(20):
+        with contextlib.suppress(OSError):
+            pid = (run_dir / LOCK).read_text().strip()
+            if pid:
+                return pid
+        time.sleep(0.05)
+    return "unknown"
+
+
+def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
+    """Hold run.lock in `run_dir` until `stack` closes; a second process gets a UsageError naming the holder."""
+    try:
+        fd = stack.enter_context(envs.locked(run_dir / LOCK, wait=False))
+    except BlockingIOError:
+        raise UsageError(f"{run_dir} is in use by another gpubench run (PID {_holder(run_dir)}); "
+                         "wait for it to end, or stop it first") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write in {run_dir}: {results.write_problem(exc)}; "
+                         "choose a writable --out") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+
+
+def check_new_out(run_dir: Path) -> None:
+    """Refuse an --out that holds a run or anything else (a lone run.lock is nothing)."""
+    if is_run_dir(run_dir):
+        raise UsageError(f"--out {str(run_dir)!r} already holds a run; finish it with "
+                         f"--resume {run_dir}, or choose a new --out")
+    if run_dir.exists() and (not run_dir.is_dir()
+                             or any(p.name != LOCK for p in run_dir.iterdir())):
+        raise UsageError(f"--out {str(run_dir)!r} exists and is not a run directory; "
+                         "choose a new or empty folder")
 
 
 def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list[str],
-            params: dict) -> tuple[Path, dict]:
-    """Create the run directory and its manifest; refuse an --out that holds something else."""
+            params: dict, stack: contextlib.ExitStack) -> tuple[Path, dict]:
+    """Create and lock the run directory and its manifest; refuse an --out that holds something else."""
     run_id = results.new_run_id()
     run_dir = Path(out) if out else results.runs_dir() / run_id
-    if run_dir.exists():
-        if is_run_dir(run_dir):
-            raise UsageError(f"--out {str(run_dir)!r} already holds a run; finish it with "
-                             f"--resume {run_dir}, or choose a new --out")
-        if not run_dir.is_dir() or any(run_dir.iterdir()):
-            raise UsageError(f"--out {str(run_dir)!r} exists and is not a run directory; "
-                             "choose a new or empty folder")
+    check_new_out(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create --out {str(run_dir)!r}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot create --out {str(run_dir)!r}: {results.write_problem(exc)}; "
+                         "choose a writable folder") from None
+    lock_run_dir(run_dir, stack)
+    if is_run_dir(run_dir):  # another process made it between our look and our lock
+        raise UsageError(f"--out {str(run_dir)!r} was just created by another gpubench run; "
+                         "choose a new --out")
     manifest = {
         "schema": 1, "run_id": run_id, "profile": profile, "params": params,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -154,17 +245,28 @@ def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list
     return run_dir, manifest
 
 
-def load_run(resume: str, profile: str | None) -> tuple[Path, dict]:
-    """Open a run directory to finish it."""
+def load_run(resume: str, profile: str | None,
+             stack: contextlib.ExitStack) -> tuple[Path, dict, list[Job]]:
+    """Lock a run directory and read its manifest, to finish the run."""
     run_dir = Path(resume)
     if not is_run_dir(run_dir):
         raise UsageError(f"--resume {str(run_dir)!r} is not a run directory (no {MANIFEST}); "
                          "give a folder written by `gpubench run`")
-    manifest = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
+    lock_run_dir(run_dir, stack)
+    path = run_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        jobs = [Job(**job) for job in manifest["jobs"]]
+        str(manifest["run_id"]), manifest["profile"], dict(manifest["params"])
+    except OSError as exc:
+        raise UsageError(f"cannot read {path} ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path} is empty or damaged ({type(exc).__name__}: {exc}); it is not "
+                         "a job list written by `gpubench run`: start a new run with --out") from None
     if profile is not None and profile != manifest["profile"]:
         raise UsageError(f"--profile {profile} differs from the run's profile "
                          f"{manifest['profile']}; resume without --profile")
-    return run_dir, manifest
+    return run_dir, manifest, jobs
 
 
 # ---------------------------------------------------------------- execution
@@ -174,34 +276,112 @@ _PAPERMILL_CHATTER = ("Executing notebook with kernel", "Executing Cell", "Endin
                       "Working directory:", "<Figure size", "<IPython.core.display.")
 
 
-class _TqdmHandler(logging.Handler):
-    """Stream papermill's cell output above the progress bar, prefixed with env/notebook."""
+class _CellOutput(logging.Formatter):
+    """Papermill's cell output as "  env/notebook| line", ANSI escapes removed."""
 
-    def __init__(self, bar) -> None:
-        super().__init__()
-        self.bar, self.prefix = bar, ""
+    prefix = ""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage().rstrip()
-        if message and not message.startswith(_PAPERMILL_CHATTER):
-            self.bar.write("\n".join(f"  {self.prefix}| {line}" for line in message.splitlines()))
+    def format(self, record: logging.LogRecord) -> str:
+        """Prefix every line of the message."""
+        text = _ANSI.sub("", record.getMessage()).rstrip()
+        return "\n".join(f"  {self.prefix}| {line}" for line in text.splitlines())
 
 
-def gpu_problem(env: str) -> str | None:
-    """For a GPU env: None if its TensorFlow sees a GPU, else the guard's diagnosis."""
-    spec = envs.kernel_specs()[f"gpubench-{env}"]
-    child_env = envs.kernel_environ(spec)
-    script = ("from gpubench import devices\n"
-              "try:\n    devices.check_gpu()\n"
-              "except devices.GPUNotAvailableError as e:\n    print(e)\n")
+def _worth_showing(record: logging.LogRecord) -> bool:
+    """Drop papermill's own chatter and empty lines."""
+    message = record.getMessage().strip()
+    return bool(message) and not message.startswith(_PAPERMILL_CHATTER)
+
+
+class _Stop:
+    """What the runner's Ctrl-C / SIGTERM handler saw, and the kernels it can interrupt."""
+
+    reason: str | None = None
+    kernels: list = []
+
+
+def _die_with_parent() -> object:
+    """A Popen preexec_fn (Linux) that kills the kernel when the runner dies, even by kill -9."""
+    import ctypes  # noqa: PLC0415
+
+    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the runner died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def kernel_manager_class() -> type:
+    """jupyter_client's AsyncKernelManager, with kernels that die with the runner and can be interrupted."""
+    from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
+
+    class RunnerKernelManager(AsyncKernelManager):
+        """A kernel tied to the runner's life, listed in _Stop.kernels while it runs."""
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+            if sys.platform.startswith("linux"):
+                kw["preexec_fn"] = _die_with_parent()
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            _Stop.kernels.append(self)
+
+    return RunnerKernelManager
+
+
+def _interrupt_kernels() -> bool:
+    """SIGINT to each running kernel (what KernelManager.interrupt_kernel sends); whether there was one."""
+    sent = False
+    for manager in _Stop.kernels:
+        pid = getattr(manager.provisioner, "pid", None)
+        if pid is None:
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+            sent = True
+    return sent
+
+
+def _on_signal(signum: int, frame) -> None:
+    """First Ctrl-C / SIGTERM: interrupt the kernel and stop after it; a second one: stop now."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    if _Stop.reason is not None or not _interrupt_kernels():
+        _Stop.reason = _Stop.reason or name
+        raise KeyboardInterrupt
+    _Stop.reason = name
+    os.write(sys.stderr.fileno(), f"\n{name}: interrupting the notebook so it keeps what it "
+             f"measured; {name} again stops at once\n".encode())
+
+
+@contextlib.contextmanager
+def _signals_stop_the_run():
+    """Route SIGINT and SIGTERM to _on_signal while the run goes on (main thread only)."""
+    _Stop.reason, _Stop.kernels = None, []
+    saved = {}
+    with contextlib.suppress(ValueError):  # not the main thread: keep Python's defaults
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, _on_signal)
     try:
-        out = subprocess.run([spec["argv"][0], "-c", script], capture_output=True, text=True,
-                             env=child_env, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"cannot start the kernel's Python {spec['argv'][0]}: {exc}"
-    if out.returncode != 0:
-        return f"the kernel's Python failed: {out.stderr.strip().splitlines()[-1:]}"
-    return out.stdout.strip() or None
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    """Set environment variables (inherited by the kernel started inside), then restore them."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
@@ -233,55 +413,97 @@ def kernel_config() -> dict:
     return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
 
 
+def _records_written(run_dir: Path, job: Job) -> bool:
+    """Whether results.jsonl holds a readable record of this job's current attempt."""
+    try:
+        records = results.read_records(run_dir)
+    except (OSError, ValueError):
+        return False
+    return any(r.get("env") == job.env and r.get("notebook") == job.notebook
+               and r.get("attempt", 1) == job.attempt for r in records if isinstance(r, dict))
+
+
+def _error_text(ename: str, evalue: str) -> str:
+    """A notebook's error for run.json and the summary; a full disk said in plain words."""
+    text = f"{ename}: {evalue}".strip()
+    if "No space left" in text or "[Errno 28]" in text or "ENOSPC" in text:
+        text = f"the disk is full, so its results were not written ({text})"
+    return text[:2000]
+
+
 def execute(job: Job, run_dir: Path, manifest: dict) -> None:
-    """Run one notebook with papermill; set the job's status, time and error."""
+    """Run one notebook with papermill; set the job's attempt, status, time and error."""
     import papermill  # noqa: PLC0415 - only the driver env has it
 
     output = job.output(run_dir)
     output.parent.mkdir(parents=True, exist_ok=True)
+    job.attempt += 1
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(
-            str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
-            parameters=job_parameters(job, run_dir, manifest), kernel_name=job.kernel,
-            log_output=True, progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
-            # Every record is already on disk when a notebook ends or Ctrl-C stops it, so the
-            # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
-            # it print a zmq traceback.
-            shutdown_kernel="immediate",
-        )
-        job.status, job.error = "ok", None
+        with _environ(GPUBENCH_RUN_ID=manifest["run_id"], GPUBENCH_ATTEMPT=str(job.attempt),
+                      NO_COLOR="1", TERM="dumb"):
+            papermill.execute_notebook(
+                str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
+                parameters=job_parameters(job, run_dir, manifest), kernel_name=job.kernel,
+                log_output=True, progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
+                kernel_manager_class=kernel_manager_class(),
+                # Every record is already on disk when a notebook ends or is interrupted, so the
+                # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
+                # it print a zmq traceback.
+                shutdown_kernel="immediate",
+            )
+        if _records_written(run_dir, job):
+            job.status, job.error = "ok", None
+        else:
+            job.status = "failed"
+            job.error = (f"the notebook ended but {run_dir / 'results.jsonl'} holds no readable "
+                         f"record of it (attempt {job.attempt})")
     except papermill.PapermillExecutionError as exc:
-        job.status, job.error = "failed", f"{exc.ename}: {exc.evalue}".strip()[:2000]
+        job.status, job.error = "failed", _error_text(exc.ename, exc.evalue)
     except KeyboardInterrupt:
-        job.status, job.error = "interrupted", "stopped by Ctrl-C"
+        job.status, job.error = "interrupted", f"stopped by {_Stop.reason or 'Ctrl-C'}"
         raise
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a bad notebook fails this job only
-        job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+        job.status, job.error = "failed", _error_text(type(exc).__name__, str(exc))
     finally:
         job.seconds = time.perf_counter() - start
+        _Stop.kernels.clear()
+    if _Stop.reason is not None:
+        job.status, job.error = "interrupted", f"stopped by {_Stop.reason}"
 
 
 def run(profile: str | None = None, env_names: list[str] | None = None,
         notebooks: list[str] | None = None, out: str | None = None, resume: str | None = None,
         params: dict | None = None) -> int:
     """Run the notebooks across envs and build the report; return the CLI exit code."""
-    from tqdm import tqdm  # noqa: PLC0415
-
     if resume and out:
         raise UsageError("give either --out (a new run) or --resume (an unfinished one), not both")
-    if resume:
-        run_dir, manifest = load_run(resume, profile)
-    else:
-        profile = profiles.resolve_profile(profile) if profile else "full"
-        run_dir, manifest = new_run(out, profile, check_envs(env_names),
-                                    check_notebooks(notebooks), params or {})
-    jobs = [Job(**j) for j in manifest["jobs"]]
+    if resume and params:
+        raise UsageError("-p goes with a new run; --resume runs with the parameters it started with")
+    envs.use_checkout_kernels()
+    with contextlib.ExitStack() as stack:
+        if resume:
+            run_dir, manifest, jobs = load_run(resume, profile, stack)
+        else:
+            profile = profiles.resolve_profile(profile) if profile else "full"
+            env_list, notebook_list = check_envs(env_names), check_notebooks(notebooks)
+            check_params(params or {}, notebook_list)
+            run_dir, manifest = new_run(out, profile, env_list, notebook_list, params or {}, stack)
+            jobs = [Job(**j) for j in manifest["jobs"]]
+        with _signals_stop_the_run():
+            return _run_jobs(run_dir, manifest, jobs, resumed=bool(resume))
+    return 1  # unreachable: the with block returns
+
+
+def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> int:
+    """Run the jobs not yet ok, save run.json after each, then write the report."""
+    from tqdm import tqdm  # noqa: PLC0415
+    from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: PLC0415
+
     todo = [j for j in jobs if j.status != "ok"]
     print(f"gpubench run {run_dir}  (profile {manifest['profile']}, run id {manifest['run_id']})")
-    if resume:
+    if resumed:
         print(f"resuming: {len(jobs) - len(todo)} notebook(s) already done, {len(todo)} to run")
-    os.environ["GPUBENCH_RUN_ID"] = manifest["run_id"]
     _mark_unavailable(todo)
 
     expected = profiles.EXPECTED_SECONDS[manifest["profile"]]
@@ -291,36 +513,43 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]",
                disable=not sys.stderr.isatty())  # a log file gets the start lines below instead
     started, done = time.perf_counter(), 0.0  # bar.n stays 0 when the bar is disabled
-    handler = _TqdmHandler(bar)
-    logger = logging.getLogger("papermill")
+    logger, cell_output = logging.getLogger("papermill"), _CellOutput()
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(cell_output)
     logger.addHandler(handler)
+    logger.addFilter(_worth_showing)
     logger.setLevel(logging.INFO)
     logger.propagate = False
     try:
-        for number, job in enumerate(runnable, start=1):
-            handler.prefix = f"{job.env}/{job.notebook}"
-            bar.set_description(f"[{number}/{len(runnable)}] {job.env}/{job.notebook}")
-            bar.write(_start_line(number, len(runnable), job, time.perf_counter() - started,
-                                  done, total))
-            execute(job, run_dir, manifest)
-            done += expected[job.notebook]
-            bar.update(expected[job.notebook])
-            bar.write(f"{job.env}/{job.notebook}: {job.status} in {job.seconds:.0f} s"
-                      + (f" — {job.error}" if job.error else ""))
-            _save_jobs(run_dir, manifest, jobs)
-    except KeyboardInterrupt:
+        with logging_redirect_tqdm(loggers=[logger], tqdm_class=tqdm):
+            for number, job in enumerate(runnable, start=1):
+                cell_output.prefix = f"{job.env}/{job.notebook}"
+                bar.set_description(f"[{number}/{len(runnable)}] {job.env}/{job.notebook}")
+                bar.write(_start_line(number, len(runnable), job, time.perf_counter() - started,
+                                      done, total))
+                execute(job, run_dir, manifest)
+                done += expected[job.notebook]
+                bar.update(expected[job.notebook])
+                bar.write(f"{job.env}/{job.notebook}: {job.status} in {job.seconds:.0f} s"
+                          + (f" — {job.error}" if job.error else ""))
+                _save_jobs(run_dir, manifest, jobs)
+                if _Stop.reason is not None:
+                    raise KeyboardInterrupt
         _save_jobs(run_dir, manifest, jobs)
+        code = _finish_report(run_dir)
+    except KeyboardInterrupt:
         bar.close()
-        print(f"\nInterrupted. Every measurement made so far is in {run_dir / 'results.jsonl'}.")
+        _save_jobs(run_dir, manifest, jobs)
+        print(f"\nInterrupted ({_Stop.reason or 'Ctrl-C'}). Every measurement made so far is in "
+              f"{run_dir / 'results.jsonl'}.")
         print(f"Finish the run with: gpubench run --resume {run_dir}")
         _summary(jobs)
         return 130
     finally:
         logger.removeHandler(handler)
+        logger.removeFilter(_worth_showing)
         bar.close()
-    _save_jobs(run_dir, manifest, jobs)
-    _finish_report(run_dir)
-    return _summary(jobs)
+    return max(_summary(jobs), code)
 
 
 def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
@@ -334,23 +563,25 @@ def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
 
 
 def _mark_unavailable(jobs: list[Job]) -> None:
-    """Skip envs without a kernel; fail GPU envs whose TensorFlow sees no GPU, before running."""
-    registered = set(available_envs())
-    gpu_checked: dict[str, str | None] = {}
+    """Skip envs without a kernel of this checkout; fail GPU envs whose TensorFlow sees no GPU."""
+    specs = envs.kernel_specs()
+    problems: dict[str, tuple[str, str] | None] = {}
+    for env in dict.fromkeys(job.env for job in jobs):
+        if env not in specs:
+            problems[env] = ("skipped", f"env {env!r} is not set up (no kernel {envs.kernel_name(env)}); "
+                                        f"create it with {envs.SETUP_COMMANDS.get(env, '`make setup`')}")
+        elif (foreign := envs.foreign_kernel(specs[env])) is not None:
+            problems[env] = ("skipped", foreign)
+        elif env_device(env) == "gpu":
+            info = envs.probe(env)
+            if info["error"] or not info["gpus"]:
+                problems[env] = ("failed", info["error"] or info["diagnosis"]
+                                 or "its TensorFlow sees no GPU")
     for job in jobs:
-        job.status, job.error = "pending", None
-        if job.env not in registered:
-            job.status = "skipped"
-            job.error = (f"env {job.env!r} is not set up (no kernel {job.kernel}); "
-                         f"create it with {envs.SETUP_COMMANDS.get(job.env, '`make setup`')}")
-        elif env_device(job.env) == "gpu":
-            if job.env not in gpu_checked:
-                gpu_checked[job.env] = gpu_problem(job.env)
-            if gpu_checked[job.env]:
-                job.status, job.error = "failed", gpu_checked[job.env]
-    for env in dict.fromkeys(j.env for j in jobs if j.status != "pending"):
-        job = next(j for j in jobs if j.env == env)
-        print(f"{job.status.upper()} env {env}: {job.error}")
+        job.status, job.error = problems.get(job.env) or ("pending", None)
+    for env, problem in problems.items():
+        if problem:
+            print(f"{problem[0].upper()} env {env}: {problem[1]}")
 
 
 def _save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
@@ -358,14 +589,22 @@ def _save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     write_manifest(run_dir, manifest)
 
 
-def _finish_report(run_dir: Path) -> None:
+def _finish_report(run_dir: Path) -> int:
+    """Write the run's report; 0, or 2 when the disk refuses it (said plainly, no traceback)."""
     from gpubench import report  # noqa: PLC0415
 
     if not (run_dir / "results.jsonl").exists():
         print("No results were recorded, so there is no report.")
-        return
-    path = report.build([run_dir])
+        return 0
+    try:
+        path = report.build([run_dir])
+    except (OSError, getattr(report, "ReportWriteError", OSError)) as exc:
+        problem = results.write_problem(exc) if isinstance(exc, OSError) else exc
+        print(f"The report was not written ({problem}). Free some space or make {run_dir} "
+              f"writable, then `gpubench report {run_dir}`.", file=sys.stderr)
+        return 2
     print(f"Report: {path}")
+    return 0
 
 
 def _summary(jobs: list[Job]) -> int:

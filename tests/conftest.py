@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from gpubench import envs  # noqa: E402
+
+envs.use_checkout_kernels()  # as `make test` does: this checkout's kernels first
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -21,6 +22,9 @@ ENVS_ABSENT = {"envs": ["/opt/conda"]}
 ENVS_PRESENT = {"envs": ["/opt/conda", "/opt/conda/envs/gpubench-cpu"]}
 
 
+JDD = "${JUPYTER_DATA_DIR:+ @$JUPYTER_DATA_DIR}"  # fakes log where --user installs go
+
+
 def write_script(path: Path, body: str) -> Path:
     """Write an executable bash script."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,7 +35,7 @@ def write_script(path: Path, body: str) -> Path:
 
 def fake_conda(bin_dir: Path, name: str, log: Path, envs_json: dict, fail_on: str | None = None) -> Path:
     """A conda/mamba/micromamba stand-in: logs "cwd<TAB>argv", answers `env list --json`, can fail one step."""
-    body = f'printf "%s\\t%s\\n" "$PWD" "$*" >> {shlex.quote(str(log))}\n'
+    body = f'printf "%s\\t%s%s\\n" "$PWD" "$*" "{JDD}" >> {shlex.quote(str(log))}\n'
     answer = shlex.quote(json.dumps(envs_json))
     body += f'if [ "$1 $2 $3" = "env list --json" ]; then printf "%s\\n" {answer}; exit 0; fi\n'
     if fail_on:
@@ -79,9 +83,15 @@ def root(tmp_path) -> Path:
     return path
 
 
-KERNEL_INSTALL = "python -m ipykernel install --user --name {0} --display-name Python 3.11 ({0})"
-REGISTER_CPU = "run -n gpubench-cpu " + KERNEL_INSTALL.format("gpubench-cpu")
-REGISTER_GPU = "run -n gpubench-gpu " + KERNEL_INSTALL.format("gpubench-gpu")
+def registered(kernel: str, root: Path, python: str = "python") -> list[str]:
+    """The two registrations setup makes: this checkout's (PYTHONPATH, its .jupyter), then --user."""
+    install = (f"{python} " if python else "") + (
+        f"-m ipykernel install --user --name {kernel} --display-name Python 3.11 ({kernel})")
+    return [f"{install} {root} --env PYTHONPATH {root} @{root / '.jupyter'}", install]
+
+
+def conda_registered(kernel: str, root: Path) -> list[str]:
+    return [f"run -n {kernel} {line}" for line in registered(kernel, root)]
 
 
 # ---- conda / mamba / micromamba ------------------------------------------------------------
@@ -100,8 +110,8 @@ def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tm
     fake_nvidia_smi(bin_dir, "fail")
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
-    assert argvs(log) == ["env list --json", expected, REGISTER_CPU]
-    assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 2  # the yml's `-e .[cpu]` is relative to root
+    assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
+    assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 3  # the yml's `-e .[cpu]` is relative to root
     printed = "\n".join(out)
     assert f"$ {bin_dir / 'conda'} {expected}" in printed
     assert "Kernels registered: gpubench-cpu" in printed
@@ -117,13 +127,15 @@ def test_conda_gpu_env_only_when_gpu_found_or_asked(bin_dir, root, tmp_path, smi
     assert envs.setup(gpu, root=root, echo=lambda line: None) == 0
     lines = argvs(log)
     assert "env create -f environment-cpu.yml" in lines
-    assert REGISTER_CPU in lines
+    register_cpu = conda_registered("gpubench-cpu", root)
+    assert set(register_cpu) <= set(lines)
     if gpu or smi == "gpu":
         assert "env create -f environment-gpu.yml" in lines
-        assert REGISTER_GPU in lines
-        assert lines.index(REGISTER_CPU) < lines.index("env create -f environment-gpu.yml")
+        assert set(conda_registered("gpubench-gpu", root)) <= set(lines)
+        assert lines.index(register_cpu[1]) < lines.index("env create -f environment-gpu.yml")
     else:
-        assert not any("gpu" in line.replace("gpubench-cpu", "") for line in lines), lines
+        assert not any("gpu" in line.replace("gpubench-cpu", "").replace(str(root), "")
+                       for line in lines), lines
 
 
 def test_conda_failing_step_stops_with_message(bin_dir, root, tmp_path):
@@ -168,7 +180,7 @@ def test_micromamba_commands(bin_dir, root, tmp_path, envs_json, expected):
     fake_conda(bin_dir, "micromamba", log, envs_json)
     assert envs.find_conda() == str(bin_dir / "micromamba")
     assert envs.setup(root=root, echo=lambda line: None) == 0
-    assert argvs(log) == ["env list --json", expected, REGISTER_CPU]
+    assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
 
 
 def test_mamba_preferred_over_conda_and_micromamba(bin_dir, root, tmp_path):
@@ -176,7 +188,8 @@ def test_mamba_preferred_over_conda_and_micromamba(bin_dir, root, tmp_path):
         fake_conda(bin_dir, name, tmp_path / f"{name}.log", ENVS_ABSENT)
     fake_conda(bin_dir, "mamba", tmp_path / "mamba.log", ENVS_ABSENT)
     assert envs.setup(root=root, echo=lambda line: None) == 0
-    assert argvs(tmp_path / "mamba.log") == ["env list --json", "env create -f environment-cpu.yml", REGISTER_CPU]
+    assert argvs(tmp_path / "mamba.log") == ["env list --json", "env create -f environment-cpu.yml",
+                                             *conda_registered("gpubench-cpu", root)]
     assert argvs(tmp_path / "conda.log") == []
     assert argvs(tmp_path / "micromamba.log") == []
 
@@ -217,7 +230,7 @@ def test_nvidia_smi_without_gpu_lines(bin_dir):
 
 def fake_venv(root: Path, dirname: str, log: Path, pip_rc: int = 0) -> Path:
     """A venv whose python logs its argv (cwd<TAB>argv) and fails `-m pip` with pip_rc."""
-    body = f'printf "%s\\t%s\\n" "$PWD" "$*" >> {shlex.quote(str(log))}\n'
+    body = f'printf "%s\\t%s%s\\n" "$PWD" "$*" "{JDD}" >> {shlex.quote(str(log))}\n'
     body += f'if [ "$1 $2" = "-m pip" ]; then exit {pip_rc}; fi\nexit 0\n'
     return write_script(root / dirname / "bin" / "python", body)
 
@@ -234,9 +247,7 @@ def test_venv_with_current_stamp_only_registers_kernel(bin_dir, root, tmp_path, 
     (root / ".venv" / ".gpubench-installed").write_text(stamp_digest(root) + "\n")
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
-    assert argvs(log) == [
-        "-m ipykernel install --user --name gpubench-cpu --display-name Python 3.11 (gpubench-cpu)"
-    ]
+    assert argvs(log) == registered("gpubench-cpu", root, python="")
     assert argvs(tmp_path / "conda.log") == []
     printed = "\n".join(out)
     assert "skipping pip" in printed
@@ -254,10 +265,7 @@ def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path
         stamp_file.write_text(stamp)
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
-    assert argvs(log) == [
-        "-m pip install -e .[cpu,test]",
-        "-m ipykernel install --user --name gpubench-cpu --display-name Python 3.11 (gpubench-cpu)",
-    ]
+    assert argvs(log) == ["-m pip install -e .[cpu,test]", *registered("gpubench-cpu", root, python="")]
     assert calls(log)[0][0] == str(root)
     assert f"$ {python} -m pip install -e '.[cpu,test]'" in out
     assert stamp_file.read_text().strip() == stamp_digest(root)
@@ -282,10 +290,7 @@ def test_venv_gpu_env_when_gpu_found(bin_dir, root, tmp_path, monkeypatch):
     fake_venv(root, ".venv-gpu", gpu_log)
     assert envs.setup(root=root, echo=lambda line: None) == 0
     assert argvs(cpu_log)[0] == "-m pip install -e .[cpu,test]"
-    assert argvs(gpu_log) == [
-        "-m pip install -e .[gpu,test]",
-        "-m ipykernel install --user --name gpubench-gpu --display-name Python 3.11 (gpubench-gpu)",
-    ]
+    assert argvs(gpu_log) == ["-m pip install -e .[gpu,test]", *registered("gpubench-gpu", root, python="")]
     assert (root / ".venv-gpu" / ".gpubench-installed").read_text().strip() == stamp_digest(root)
 
 
@@ -324,9 +329,6 @@ def test_driver_python_conda_without_env(bin_dir, root, tmp_path):
 
 def test_names_and_root():
     assert envs.kernel_name("cpu") == "gpubench-cpu"
-    assert envs.env_name("gpubench-cpu-noonednn") == "cpu-noonednn"
-    with pytest.raises(envs.EnvError, match="'python3'"):
-        envs.env_name("python3")
     assert (envs.project_root() / "pyproject.toml").is_file()
     assert (envs.project_root() / "environment-gpu.yml").is_file()
 
@@ -373,24 +375,24 @@ def write_kernel(jupyter_dir: Path, name: str, argv0: str, env: dict | None = No
 def test_real_kernel_specs_probe_and_report(jupyter_dir):
     register("gpubench-cpu")
     specs = envs.kernel_specs()
-    assert list(specs) == ["gpubench-cpu"]
-    assert specs["gpubench-cpu"]["argv"][0] == sys.executable
-    assert Path(specs["gpubench-cpu"]["resource_dir"]).parent == jupyter_dir / "kernels"
-    assert envs.kernel_exists("gpubench-cpu")
-    assert not envs.kernel_exists("gpubench-gpu")
+    assert list(specs) == ["cpu"] and specs["cpu"]["kernel"] == "gpubench-cpu"
+    assert specs["cpu"]["argv"][0] == sys.executable
+    assert Path(specs["cpu"]["resource_dir"]).parent == jupyter_dir / "kernels"
 
-    info = envs.probe("gpubench-cpu")
+    info = envs.probe("cpu")
     assert info["error"] is None, info
     assert info["tensorflow"].startswith("2.21")
     assert info["cuda_build"] is False
     assert info["gpus"] == []
     assert info["python"].startswith("3.11")
     assert (info["kernel"], info["env"]) == ("gpubench-cpu", "cpu")
+    assert info["checkout"] == str(ROOT) and info["diagnosis"]  # no GPU: devices.diagnose says why
 
     report = envs.envs_report()
     row = next(line for line in report.splitlines() if "gpubench-cpu" in line and "2.21" in line)
     assert row.startswith("cpu ")
-    assert re.search(r"  GPU: no  ", row) and row.endswith(sys.executable)
+    assert re.search(r"  GPU: no  ", row) and row.endswith(f"{sys.executable}  {ROOT}")
+    assert f"this checkout: {ROOT}" in report
     assert "gpu: not set up" in report
     assert "make setup GPU=1" in report
     assert "cpu: not set up" not in report
@@ -399,8 +401,8 @@ def test_real_kernel_specs_probe_and_report(jupyter_dir):
 def test_report_warns_about_gpu_env_without_gpu_and_broken_kernel(jupyter_dir):
     register("gpubench-gpu")
     write_kernel(jupyter_dir, "gpubench-cpu-noonednn", "/nonexistent/bin/python")
-    info = envs.probe("gpubench-cpu-noonednn")
-    assert "/nonexistent/bin/python does not exist" in info["error"]
+    info = envs.probe("cpu-noonednn")
+    assert "its kernel does not start" in info["error"] and "/nonexistent/bin/python" in info["error"]
     assert info["tensorflow"] is None
     report = envs.envs_report()
     assert "GPU env, but TensorFlow sees no GPU: run `gpubench doctor` in that env" in report
@@ -422,7 +424,7 @@ def test_probe_merges_kernel_env_and_skips_noise(jupyter_dir, tmp_path):
         "[types.SimpleNamespace(name='/physical_device:GPU:0')])\n"
     )
     write_kernel(jupyter_dir, "gpubench-gpu", sys.executable, env={"PYTHONPATH": str(fake_tf)})
-    info = envs.probe("gpubench-gpu")
+    info = envs.probe("gpu")
     assert info["error"] is None, info
     assert (info["tensorflow"], info["cuda_build"], info["gpus"]) == ("9.9.2", True, ["/physical_device:GPU:0"])
     report = envs.envs_report()
@@ -435,7 +437,7 @@ def test_probe_reports_tensorflow_import_error(jupyter_dir, tmp_path):
     fake_tf.mkdir()
     (fake_tf / "tensorflow.py").write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
     write_kernel(jupyter_dir, "gpubench-gpu", sys.executable, env={"PYTHONPATH": str(fake_tf)})
-    info = envs.probe("gpubench-gpu")
+    info = envs.probe("gpu")
     assert info["tensorflow"] is None
     assert "TensorFlow does not import: ImportError: libcudart.so.12" in info["error"]
     assert info["python"].startswith("3.11")
@@ -444,18 +446,65 @@ def test_probe_reports_tensorflow_import_error(jupyter_dir, tmp_path):
 def test_probe_of_crashing_python(jupyter_dir, tmp_path):
     crash = write_script(tmp_path / "crash", 'echo "Segmentation fault" >&2\nexit 3\n')
     write_kernel(jupyter_dir, "gpubench-cpu", str(crash))
-    info = envs.probe("gpubench-cpu")
+    info = envs.probe("cpu")
     assert "exited with code 3" in info["error"] and "Segmentation fault" in info["error"]
     assert "ERROR: gpubench-cpu:" in envs.envs_report()
 
 
 def test_probe_of_unknown_kernel(jupyter_dir):
-    info = envs.probe("gpubench-nosuch")
+    info = envs.probe("nosuch")
     assert "no Jupyter kernel named 'gpubench-nosuch'" in info["error"]
-    assert not envs.kernel_exists("gpubench-nosuch")
 
 
 def test_report_with_no_kernels(jupyter_dir):
     report = envs.envs_report()
     assert "no gpubench kernels are registered" in report
     assert "cpu: not set up" in report and "gpu: not set up" in report
+
+
+def test_a_kernel_of_another_checkout_is_foreign(jupyter_dir, tmp_path):
+    """A --user kernel whose python lives outside this checkout (another clone's .venv, or a
+    shared conda env) is refused; this checkout's .venv python or its own folder is not."""
+    write_kernel(jupyter_dir, "gpubench-cpu", str(tmp_path / "clone2" / ".venv" / "bin" / "python"))
+    write_kernel(jupyter_dir, "gpubench-mine", str(ROOT / ".venv" / "bin" / "python"))
+    write_kernel(jupyter_dir, "gpubench-conda", "/opt/conda/envs/gpubench-cpu/bin/python",
+                 env={"PYTHONPATH": str(ROOT)})
+    specs = envs.kernel_specs()
+    assert "is not this checkout's" in envs.foreign_kernel(specs["cpu"])
+    assert f"make setup` in {ROOT}" in envs.foreign_kernel(specs["cpu"])
+    assert envs.foreign_kernel(specs["mine"]) is None and envs.foreign_kernel(specs["conda"]) is None
+
+
+def test_checkout_kernels_come_first_on_jupyter_path(monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", f"/elsewhere{os.pathsep}{ROOT / '.jupyter'}")
+    envs.use_checkout_kernels()
+    assert os.environ["JUPYTER_PATH"].split(os.pathsep) == [str(ROOT / ".jupyter"), "/elsewhere"]
+
+
+def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
+    """Setups racing, with real `ipykernel install --user`: without the locks one of them
+    crashed (FileNotFoundError: logo-svg.svg). Two clones, two setups each, at the same moment."""
+    import threading
+
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-jupyter"))
+    clones = [root, tmp_path / "clone2"]
+    shutil.copytree(root, clones[1])
+    for clone in clones:  # a venv whose pip install is done: setup only registers its kernel
+        write_script(clone / ".venv" / "bin" / "python", f'exec {sys.executable} "$@"\n')
+        (clone / ".venv" / ".gpubench-installed").write_text(stamp_digest(clone))
+    outcomes, printed = [], []
+
+    def setup_in(clone: Path) -> None:
+        outcomes.append(envs.setup(root=clone, echo=printed.append))
+
+    threads = [threading.Thread(target=setup_in, args=(clone,)) for clone in clones * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == [0] * 4, "\n".join(printed)
+    for clone in clones:
+        spec = json.loads((clone / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json").read_text())
+        assert spec["env"]["PYTHONPATH"] == str(clone) and str(clone) in spec["display_name"]
+    assert (tmp_path / "user-jupyter" / "kernels" / "gpubench-cpu" / "logo-svg.svg").exists()

@@ -181,6 +181,8 @@ def plot_factors(effects: list[dict], ax=None):
 
     Grey bars have no clear effect (their interval includes 1.0).
     """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
+
     rows = [e for e in effects if e["speedup"] is not None]
     ax = _axes(ax, (8, 0.35 * len(rows) + 1.5))
     y = range(len(rows))
@@ -191,6 +193,9 @@ def plot_factors(effects: list[dict], ax=None):
     ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("x the baseline's speed (log scale; grey: no clear effect)")
     ax.set_title("Speed factors")
     ax.grid(True, axis="x", alpha=0.3)

@@ -211,3 +211,102 @@ def test_build_leaves_the_callers_matplotlib_backend_and_pyplot_alone(tmp_path):
     assert out.stdout.split() == ["svg", "0"]  # no pyplot figure left open either
     assert {"epoch_times.png", "matmul_time.png", "matmul_speedup.png"} <= {
         p.name for p in tmp_path.iterdir()}
+
+
+# ---------------------------------------------------------------- issue 9: modes, noise, factors
+
+def test_each_row_shows_its_mode_and_columns_in_the_same_mode_pass(tmp_path):
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)]))
+    for row in table_rows(text, "MNIST MLP h1000"):
+        assert cell(row, "mode") == "XLA off, float32, batch 100, steps/exec 1, arrays"
+    assert "Not like for like" not in text
+
+
+def test_columns_in_different_modes_are_named(tmp_path):
+    records = [train("cpu", 100.0),
+               train("gpu", 70.0, jit_compile=True, precision="mixed_float16")]
+    text = build_text(write_run(tmp_path, records))
+    lines = [line for line in text.splitlines() if line.startswith("**Not like for like:**")]
+    assert lines == ["**Not like for like:** MNIST MLP h1000: gpu: XLA on, mixed_float16, "
+                     "cpu: XLA off, float32."]
+    assert cell(table_rows(text, "MNIST MLP h1000")[1], "mode").startswith("XLA on, mixed_float16")
+
+
+@pytest.mark.parametrize("iqr,flagged", [(0.25, True), (0.2, False), (0.05, False)])
+def test_unstable_epoch_times_are_flagged_with_their_range(tmp_path, iqr, flagged):
+    epochs = [3.0, 0.9, 1.0, 1.0, 1.4, 1.0]
+    record = train("cpu", 100.0, epoch_seconds=epochs, steady_epoch_seconds=1.0,
+                   steady_epoch_iqr=iqr)
+    text = build_text(write_run(tmp_path, [record]))
+    line = ("- **unstable**: vm · cpu MNIST MLP h1000 on cpu: steady epochs 0.9..1.4 s "
+            f"(IQR {100 * iqr:.0f}% of the median); compare the minima")
+    assert (line in text) is flagged
+    assert ("**unstable**" in text) is flagged
+
+
+def test_matmul_shows_percent_of_datasheet_peak_where_known(tmp_path):
+    records = [matmul("gpu", "gpu", 1000, 0.01, spec_peak_gflops=800.0),
+               matmul("gpu", "cpu", 1000, 0.1)]
+    row = table_rows(build_text(write_run(tmp_path, records)), "1000")[0]
+    assert row[1:] == ["0.1 s (20 GFLOP/s)", "0.01 s (200 GFLOP/s, 25% of datasheet peak)"]
+
+
+def test_the_matmul_time_chart_shows_the_books_figures_dashed():
+    from matplotlib.figure import Figure
+
+    from gpubench import plots
+
+    ax = plots.plot_matmul(_sweep(1.6), "seconds", Figure().subplots())
+    book = [line for line in ax.get_lines() if line.get_label().startswith(
+        "book: GT 720 / its CPU (single run)")]
+    assert len(book) == 2 and all(line.get_linestyle() == "--" for line in book)
+    assert list(book[0].get_xdata()) == [500, 1000, 2000, 3000, 4000, 5000]
+
+
+def _factor(factor: str, rounds: list[float], **fields) -> dict:
+    return train("cpu", sum(rounds), notebook="Speed_Factors", factor=factor,
+                 epochs=len(rounds), train_samples=1000, epoch_seconds=rounds, **fields)
+
+
+def test_speed_factors_section_reads_the_factor_records(tmp_path):
+    records = [_factor("baseline", [3.0, 1.0, 1.0, 1.0]),
+               _factor("batch_size", [2.0, 0.5, 0.5, 0.5], batch_size=1000),
+               _factor("xla", [2.0, 1.1, 0.9, 1.0], jit_compile=True),
+               train("cpu", 100.0)]
+    text = build_text(write_run(tmp_path, records))
+    section = text[text.index("## Speed factors"):]
+    assert "| cpu | batch 1000 | 2.00x |" in section and "| faster |" in section
+    assert "| no clear effect |" in section
+    assert (tmp_path / "speed_factors.png").exists()
+    assert len(table_rows(text, "MNIST MLP h1000")) == 1  # variants stay out of the book's table
+
+
+# ---------------------------------------------------------------- issue 10: scaling
+
+def _scaling(replicas: int, rate: float, efficiency: float, **fields) -> dict:
+    fields = {"strategy": "mirrored", "workers": 1, "replicas": replicas,
+              "per_replica_batch_size": 100, "global_batch_size": 100 * replicas,
+              "scaling": "weak", "samples_per_second": rate, "scaling_efficiency": efficiency,
+              "all_reduce": "ring", "test_accuracy": 0.9, "model": "mlp_h1000", **fields}
+    return results.make_record("scaling", notebook="Multi_GPU_Scaling", env="cpu",
+                               device="cpu", environment=_env(), **fields)
+
+
+def test_scaling_section_shows_replicas_workers_speed_and_efficiency(tmp_path):
+    records = [_scaling(1, 1000.0, 1.0, virtual_devices=2), _scaling(2, 1500.0, 0.75,
+                                                                      virtual_devices=2),
+               _scaling(2, 1800.0, 0.9, strategy="multi_worker", workers=2,
+                        all_reduce="AUTO (collective ring)")]
+    text = build_text(write_run(tmp_path, records))
+    assert "## Scaling" in text and "**Virtual devices**" in text
+    assert table_rows(text, "vm · cpu") [:3] == [
+        ["vm · cpu", "mirrored", "1", "1", "virtual (2 on one CPU)", "100", "1,000", "100%",
+         "ring", "0.900"],
+        ["vm · cpu", "mirrored", "1", "2", "virtual (2 on one CPU)", "200", "1,500", "75%",
+         "ring", "0.900"],
+        ["vm · cpu", "multi_worker", "2", "2", "cpu", "200", "1,800", "90%",
+         "AUTO (collective ring)", "0.900"]]
+
+
+def test_no_scaling_section_without_scaling_records(tmp_path):
+    assert "## Scaling" not in build_text(write_run(tmp_path, [train("cpu", 1.0)]))

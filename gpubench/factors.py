@@ -1,0 +1,685 @@
+"""Speed factors: one-factor-at-a-time variations of a training run from the book's baseline.
+
+The baseline is the book's setting: batch 100, float32, XLA off, one step per
+execution, arrays fed to `fit`. Each variant changes one factor; a last one
+combines each factor's best value. On every device all variants are trained
+in interleaved rounds (round r of every variant, then round r+1), so that a
+machine that slows down for a while slows them all alike. A round is one epoch;
+a variant whose warm-up probe projects an epoch far slower than the baseline's
+(mixed_float16 on a CPU: ~200x) is time-boxed: each of its rounds measures a
+bounded number of steps, and its accuracy is not measured.
+
+Statistic: the fastest steady round (rounds 2..n) per sample, the same for
+baseline and variant, with the median beside it. Uncertainty: the range of the
+per-round ratios variant/baseline (rounds are paired by interleaving); a
+factor whose range includes 1.0 has "no clear effect".
+
+The functions the report uses (`effects`, `verdict`, `crossover_batch_size`,
+`percent_of_matmul_peak`, `round_rates`) import no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from gpubench import checks
+
+MODELS = ("mlp_h1000", "mnist_cnn")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+XLA_MODES = ("off", "on")
+INPUT_PIPELINES = ("arrays", "tf.data", "on_device")
+FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
+FACTOR_NAMES = ("baseline", *FACTORS, "combined")
+# Notebook parameter -> the factor whose values it lists.
+LIST_PARAMS = {"batch_sizes": "batch_size", "precisions": "precision", "xla_modes": "xla",
+               "steps_per_execution": "steps_per_execution", "input_pipelines": "input_pipeline"}
+STATISTIC = ("the fastest steady round per sample (rounds 2..n), median beside it; uncertainty: "
+             "the range of the per-round ratios against the baseline's interleaved rounds")
+# A variant whose probe projects an epoch more than BOX_FACTOR x the baseline's is time-boxed.
+BOX_FACTOR = 8.0
+# Probes grow until one lasts PROBE_SECONDS (or covers an epoch).
+PROBE_SECONDS = 0.3
+# A dtype policy's compute dtype: the matmul dtype its speed is compared with.
+COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One training set-up: the factor it varies and the value of every factor."""
+
+    factor: str
+    batch_size: int = 100
+    precision: str = "float32"
+    xla: str = "off"
+    steps_per_execution: int = 1
+    input_pipeline: str = "arrays"
+
+    @property
+    def label(self) -> str:
+        """A short name for tables and charts: "batch 1024", "XLA on", "combined (...)"."""
+        return _label(self.factor, self.settings())
+
+    def settings(self) -> dict:
+        """The five factor values."""
+        return {name: getattr(self, name) for name in FACTORS}
+
+
+BASELINE = Variant("baseline")
+
+
+def _label(factor: str, settings: dict) -> str:
+    parts = {
+        "batch_size": f"batch {settings['batch_size']}",
+        "precision": settings["precision"],
+        "xla": f"XLA {settings['xla']}",
+        "steps_per_execution": f"steps/exec {settings['steps_per_execution']}",
+        "input_pipeline": settings["input_pipeline"],
+    }
+    if factor == "baseline":
+        return "baseline (book)"
+    if factor == "combined":
+        changed = [parts[name] for name in FACTORS if settings[name] != getattr(BASELINE, name)]
+        return "combined (" + (", ".join(changed) or "= baseline") + ")"
+    return parts[factor]
+
+
+def variants(values: dict[str, Sequence]) -> list[Variant]:
+    """The baseline and one variant per factor value that differs from the baseline's."""
+    found = [BASELINE]
+    for factor in FACTORS:
+        for value in values.get(factor, ()):
+            if value != getattr(BASELINE, factor):
+                found.append(replace(BASELINE, factor=factor, **{factor: value}))
+    return found
+
+
+# --- parameters (no TensorFlow) ------------------------------------------------------------
+
+
+def _as_list(name: str, value) -> list:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{name} must be a non-empty list, got {value!r}; "
+                         f"with papermill pass it as YAML: -y '{name}: [..]'")
+    return list(value)
+
+
+def _check_choices(name: str, value, choices: Sequence[str]) -> list[str]:
+    values = _as_list(name, value)
+    for item in values:
+        if item not in choices:
+            raise ValueError(f"{name}: unknown value {item!r}; use any of {', '.join(choices)}")
+    return values
+
+
+def check_params(params: dict) -> dict:
+    """Check Speed_Factors' own parameters (model, epochs and the factor lists); no TensorFlow.
+
+    Returns a copy with each list parameter as a list. Raises ValueError naming the bad value.
+    """
+    params = dict(params)
+    if params.get("model") not in MODELS:
+        raise ValueError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
+                         f"use one of {', '.join(MODELS)}")
+    checks.positive_int("epochs", params.get("epochs"), minimum=2)
+    checks.positive_int("max_train_samples", params.get("max_train_samples"), allow_none=True)
+    for name in ("batch_sizes", "steps_per_execution"):
+        params[name] = [checks.positive_int(f"{name} item", item)
+                        for item in _as_list(name, params.get(name))]
+    params["precisions"] = _check_choices("precisions", params.get("precisions"), PRECISIONS)
+    params["xla_modes"] = _check_choices("xla_modes", params.get("xla_modes"), XLA_MODES)
+    params["input_pipelines"] = _check_choices("input_pipelines", params.get("input_pipelines"),
+                                               INPUT_PIPELINES)
+    return params
+
+
+def factor_values(params: dict) -> dict[str, list]:
+    """The values of each factor, from checked notebook parameters."""
+    return {factor: list(params[name]) for name, factor in LIST_PARAMS.items()}
+
+
+# --- the numbers the chapter and the report read (no TensorFlow) ---------------------------
+
+
+def round_rates(record: dict) -> list[float]:
+    """Samples per second of each steady round (rounds 2..n) of a Speed_Factors record."""
+    steady = (record.get("epoch_seconds") or [])[1:]
+    if not steady:
+        return []
+    if record.get("time_boxed"):
+        samples = record["steps_measured"] / len(steady) * record["batch_size"]
+    else:
+        samples = record["train_samples"]
+    return [samples / seconds for seconds in steady if seconds and seconds > 0]
+
+
+def verdict(low: float, high: float) -> str:
+    """"faster" / "slower", or "no clear effect" when the interval [low, high] includes 1.0."""
+    if low <= 1.0 <= high:
+        return "no clear effect"
+    return "faster" if low > 1.0 else "slower"
+
+
+def compare(baseline_rates: Sequence[float], rates: Sequence[float]) -> dict:
+    """Speedup (best rate over best rate), its median twin, and the interval of the paired rounds."""
+    if not baseline_rates or not rates:
+        return {"speedup": None, "median_speedup": None, "low": None, "high": None,
+                "verdict": "not measured"}
+    pairs = [r / b for b, r in zip(baseline_rates, rates)]
+    speedup = max(rates) / max(baseline_rates)
+    low, high = min(pairs + [speedup]), max(pairs + [speedup])
+    return {"speedup": speedup,
+            "median_speedup": statistics.median(rates) / statistics.median(baseline_rates),
+            "low": low, "high": high, "verdict": verdict(low, high)}
+
+
+def _is_factor_record(record: dict) -> bool:
+    return record.get("benchmark") == "train" and record.get("factor") in FACTOR_NAMES
+
+
+def effects(records: Sequence[dict]) -> list[dict]:
+    """Each Speed_Factors record against the baseline of the same env and device, in record order."""
+    rows = []
+    factor_records = [r for r in records if _is_factor_record(r)]
+    baselines = {(r["env"], r["device"]): r for r in factor_records
+                 if r["factor"] == "baseline" and r["status"] == "ok"}
+    for record in factor_records:
+        base = baselines.get((record["env"], record["device"]))
+        ok = record["status"] == "ok" and base is not None
+        row = compare(round_rates(base), round_rates(record)) if ok else compare([], [])
+        label = _label(record["factor"], {k: record.get(k) if k != "xla" else
+                                          ("on" if record.get("jit_compile") else "off")
+                                          for k in FACTORS})
+        rows.append({
+            "env": record["env"], "device": record["device"], "factor": record["factor"],
+            "label": label, "value": label, **row,
+            "clear": row["verdict"] in ("faster", "slower"), "status": record["status"], "time_boxed": bool(record.get("time_boxed")),
+            "steps_measured": record.get("steps_measured"),
+            "samples_per_second": record.get("samples_per_second"),
+            "test_accuracy": record.get("test_accuracy"),
+            "achieved_gflops": record.get("achieved_gflops"), "record": record,
+        })
+    return rows
+
+
+def describe(effect: dict) -> str:
+    """An effect in words: "1.90x faster", "196x slower", "no clear effect", "not measured"."""
+    speedup = effect.get("speedup")
+    if speedup is None or effect.get("verdict") == "not measured":
+        return "not measured"
+    if effect["verdict"] == "no clear effect":
+        return "no clear effect"
+    if speedup >= 1:
+        return f"{speedup:.2f}x faster"
+    slower = 1 / speedup
+    return f"{slower:.0f}x slower" if slower >= 10 else f"{slower:.2f}x slower"
+
+
+def crossover_batch_size(records: Sequence[dict]) -> int | None:
+    """The smallest batch size at which a GPU trains faster than the CPU of the same env, or None.
+
+    Uses the baseline and the batch-size variants (the other factors at the book's values).
+    """
+    rates: dict[tuple[str, str], dict[int, float]] = {}
+    for record in records:
+        if (_is_factor_record(record) and record["status"] == "ok"
+                and record["factor"] in ("baseline", "batch_size")
+                and record.get("samples_per_second")):
+            per = rates.setdefault((record["env"], record["device"]), {})
+            per[record["batch_size"]] = record["samples_per_second"]
+    found = []
+    for (env, device), gpu in rates.items():
+        cpu = rates.get((env, "cpu"))
+        if device == "cpu" or not cpu:
+            continue
+        wins = [size for size in sorted(set(gpu) & set(cpu)) if gpu[size] > cpu[size]]
+        if wins:
+            found.append(wins[0])
+    return min(found) if found else None
+
+
+def best_matmul_gflops(matmul_records: Sequence[dict], env: str, device: str,
+                       dtype: str) -> float | None:
+    """The highest GFLOP/s among ok matmul records of that env, device and dtype."""
+    values = [r["gflops"] for r in matmul_records
+              if r.get("benchmark") == "matmul" and r.get("status") == "ok" and r.get("gflops")
+              and r["env"] == env and r["device"] == device and r["dtype"] == dtype]
+    return max(values) if values else None
+
+
+def percent_of_matmul_peak(record: dict, matmul_records: Sequence[dict]) -> float | None:
+    """A train record's achieved GFLOP/s as % of the best matmul GFLOP/s at its compute dtype."""
+    dtype = COMPUTE_DTYPE.get(record.get("precision") or "float32")
+    best = best_matmul_gflops(matmul_records, record["env"], record["device"], dtype or "")
+    if not best or not record.get("achieved_gflops"):
+        return None
+    return 100.0 * record["achieved_gflops"] / best
+
+
+def _fmt_x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def accuracy_text(row: dict) -> str:
+    """Test accuracy, or why there is none."""
+    if row["time_boxed"]:
+        return "accuracy not measured (time-boxed)"
+    if row["test_accuracy"] is None:
+        return "n/a"
+    return f"{row['test_accuracy']:.4f}"
+
+
+def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
+    """A Markdown table: one line per variant and device, x vs baseline, interval, verdict, accuracy."""
+    lines = ["| device | variant | x vs baseline (min) | median x | interval | effect | "
+             "images/s | steps | GFLOP/s | % of matmul | test accuracy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        interval = ("n/a" if row["low"] is None else f"{row['low']:.2f}-{row['high']:.2f}")
+        pct = percent_of_matmul_peak(row["record"], matmul_records)
+        rate = row["samples_per_second"]
+        gflops = row["achieved_gflops"]
+        steps = row["steps_measured"]
+        lines.append(
+            f"| {row['device']} | {row['label']} | {_fmt_x(row['speedup'])} | "
+            f"{_fmt_x(row['median_speedup'])} | {interval} | "
+            f"{row['verdict'] if row['status'] == 'ok' else row['status']} | "
+            f"{'n/a' if rate is None else f'{rate:,.0f}'} | "
+            f"{'n/a' if steps is None else steps}{' (time-boxed)' if row['time_boxed'] else ''} | "
+            f"{'n/a' if gflops is None else f'{gflops:.1f}'} | "
+            f"{'n/a' if pct is None else f'{pct:.0f}%'} | {accuracy_text(row)} |")
+    return "\n".join(lines)
+
+
+def findings(rows: Sequence[dict]) -> str:
+    """A few sentences, from the measured rows, saying which factors matter on each device."""
+    out = []
+    for device in dict.fromkeys(row["device"] for row in rows):
+        mine = [r for r in rows if r["device"] == device and r["factor"] != "baseline"
+                and r["speedup"] is not None]
+        if not mine:
+            out.append(f"- **{device}**: nothing measured against a baseline.")
+            continue
+        faster = sorted((r for r in mine if r["verdict"] == "faster" and r["factor"] != "combined"),
+                        key=lambda r: -r["speedup"])
+        slower = sorted((r for r in mine if r["verdict"] == "slower"), key=lambda r: r["speedup"])
+        neutral = [r["label"] for r in mine if r["verdict"] == "no clear effect"]
+        parts = []
+        if faster:
+            parts.append("faster: " + ", ".join(f"{r['label']} {r['speedup']:.2f}x"
+                                                for r in faster))
+        if slower:
+            parts.append("slower: " + ", ".join(
+                f"{r['label']} {1 / r['speedup']:.0f}x slower" if r["speedup"] < 0.2
+                else f"{r['label']} {r['speedup']:.2f}x" for r in slower))
+        if neutral:
+            parts.append("no clear effect: " + ", ".join(neutral))
+        combined = [r for r in mine if r["factor"] == "combined"]
+        text = f"- **{device}**: " + "; ".join(parts) + "."
+        if faster:
+            text += f" The factor that matters most here is **{faster[0]['label']}**."
+        if combined:
+            c = combined[0]
+            text += (f" Together, {c['label']} runs at {c['speedup']:.2f}x the book's setting "
+                     f"({c['verdict']}).")
+        out.append(text)
+    return "\n".join(out)
+
+
+def plot(rows: Sequence[dict]):
+    """Bar chart on a matplotlib Figure: x vs baseline per variant, one bar per device, interval as error bar."""
+    from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot, no global backend
+
+    shown = [r for r in rows if r["speedup"] is not None]
+    labels = list(dict.fromkeys(r["label"] for r in shown))
+    devices = list(dict.fromkeys(r["device"] for r in shown))
+    fig = Figure(figsize=(9, 0.45 * max(len(labels), 2) + 1.5))
+    ax = fig.add_subplot()
+    height = 0.8 / max(len(devices), 1)
+    for i, device in enumerate(devices):
+        mine = {r["label"]: r for r in shown if r["device"] == device}
+        ys = [k + i * height for k, label in enumerate(labels) if label in mine]
+        found = [mine[label] for label in labels if label in mine]
+        xs = [r["speedup"] for r in found]
+        errors = [[r["speedup"] - r["low"] for r in found], [r["high"] - r["speedup"] for r in found]]
+        ax.barh(ys, xs, height=height, xerr=errors, capsize=3, label=device)
+        for y, r in zip(ys, found):
+            ax.text(r["speedup"], y, f" {describe(r)}", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks([k + height * (len(devices) - 1) / 2 for k in range(len(labels))], labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("speed vs the book's setting on the same device (x, log scale; bars: fastest "
+                  "round, whiskers: range of the rounds)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def crossover_text(records: Sequence[dict]) -> str:
+    """One sentence on the CPU-GPU crossover batch size, or why there is none."""
+    devices = {r["device"] for r in records if _is_factor_record(r)}
+    if not any(d != "cpu" for d in devices):
+        return ("No GPU in this environment: no CPU-GPU crossover batch size. Run this notebook "
+                "in the gpubench-gpu kernel to get it.")
+    if "cpu" not in devices:
+        return "The CPU was not measured here (devices), so there is no crossover to show."
+    size = crossover_batch_size(records)
+    if size is None:
+        return "The GPU beat the CPU at none of the batch sizes measured."
+    return f"CPU-GPU crossover: the GPU trains faster than the CPU from batch size **{size}** on."
+
+
+# --- measuring (TensorFlow from here on, imported inside the functions) ------------------
+
+
+@dataclass
+class _Trainer:
+    """One variant on one device: its model, its feed, and the rounds measured so far."""
+
+    variant: Variant
+    device: str
+    model: object
+    x: object
+    y: object
+    dataset: object = None
+    on_device: object = None
+    steps_per_epoch: int = 0
+    probe_step_seconds: float = math.inf
+    boxed_steps: int | None = None
+    round_seconds: list = None
+    steps_done: int = 0
+    status: str = "ok"
+    error: str | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark this variant failed ("oom" or "error"); the other variants go on."""
+        self.status = "oom" if checks.is_oom(exc) else "error"
+        self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def fit_steps(self, steps: int | None) -> None:
+        """Train `steps` steps (None: one epoch) with this variant's input pipeline."""
+        v = self.variant
+        if v.input_pipeline == "on_device":
+            self.on_device(steps if steps is not None else None)
+        elif v.input_pipeline == "tf.data":
+            feed = self.dataset if steps is None else self.dataset.take(steps)
+            self.model.fit(feed, epochs=1, verbose=0, shuffle=False)  # the dataset shuffles
+        else:
+            n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
+            self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=1, verbose=0)
+
+    def timed(self, steps: int | None) -> float:
+        """Seconds for `fit_steps(steps)`, ended with a device sync."""
+        from gpubench import timing  # noqa: PLC0415 - imports TensorFlow
+
+        start = time.perf_counter()
+        self.fit_steps(steps)
+        timing.sync()
+        return time.perf_counter() - start
+
+
+def _on_device_feed(model, x_dev, y_dev, batch_size: int, steps_per_execution: int,
+                    jit_compile: bool) -> Callable[[int | None], None]:
+    """Training steps on a training set already on the device: batches sliced there, no host copy.
+
+    Like `fit`, a compiled function runs `steps_per_execution` steps per call (the
+    step itself compiled with XLA when the model is); an epoch reshuffles on the device.
+    """
+    from gpubench._tf import tensorflow  # noqa: PLC0415
+
+    tf = tensorflow()
+    n = int(x_dev.shape[0])
+    full, rest = divmod(n, batch_size)
+    perm = tf.Variable(tf.range(n, dtype=tf.int32), trainable=False)
+
+    @tf.function(jit_compile=jit_compile)
+    def one_step(xb, yb):
+        return model.train_step((xb, yb))
+
+    @tf.function
+    def run(first, count):
+        for j in tf.range(count):
+            idx = tf.slice(perm, [(first + j) * batch_size], [batch_size])
+            one_step(tf.gather(x_dev, idx), tf.gather(y_dev, idx))
+
+    @tf.function
+    def run_rest():
+        idx = perm[full * batch_size:]
+        one_step(tf.gather(x_dev, idx), tf.gather(y_dev, idx))
+
+    def steps(count: int | None) -> None:
+        if count is None:  # one epoch
+            perm.assign(tf.random.shuffle(tf.range(n, dtype=tf.int32)))
+            done = 0
+            while done < full:
+                chunk = min(steps_per_execution, full - done)
+                run(tf.constant(done), tf.constant(chunk))
+                done += chunk
+            if rest:
+                run_rest()
+            return
+        done = 0
+        while done < count:
+            chunk = min(steps_per_execution, count - done, full)
+            run(tf.constant(done % max(full, 1)), tf.constant(chunk))
+            done += chunk
+
+    return steps
+
+
+def _make_trainer(variant: Variant, model_name: str, device: str, split, learning_rate) -> _Trainer:
+    """Build and compile the variant's model and its feed on `device`."""
+    from gpubench import devices, training  # noqa: PLC0415 - imports TensorFlow
+    from gpubench._tf import tensorflow  # noqa: PLC0415
+
+    tf = tensorflow()
+    with devices.scope(device):
+        model = training.build_model(model_name, device, precision=variant.precision,
+                                     learning_rate=learning_rate, xla=variant.xla,
+                                     steps_per_execution=variant.steps_per_execution)
+        trainer = _Trainer(variant, device, model, split.x_train, split.y_train, round_seconds=[])
+        trainer.steps_per_epoch = math.ceil(len(split.x_train) / variant.batch_size)
+        if variant.input_pipeline == "tf.data":
+            trainer.dataset = (tf.data.Dataset.from_tensor_slices((split.x_train, split.y_train))
+                               .shuffle(len(split.x_train)).batch(variant.batch_size)
+                               .prefetch(tf.data.AUTOTUNE))
+        elif variant.input_pipeline == "on_device":
+            x_dev = tf.identity(tf.constant(split.x_train))
+            y_dev = tf.identity(tf.constant(split.y_train))
+            # One fit step builds the optimizer and the metrics before the compiled loop runs.
+            n = min(len(split.x_train), variant.batch_size)
+            model.fit(split.x_train[:n], split.y_train[:n], batch_size=n, epochs=1, verbose=0)
+            trainer.on_device = _on_device_feed(model, x_dev, y_dev, variant.batch_size,
+                                                variant.steps_per_execution,
+                                                bool(getattr(model, "jit_compile", False)))
+    return trainer
+
+
+def _probe(trainer: _Trainer) -> None:
+    """Compile, then time growing step counts until one lasts PROBE_SECONDS (or covers an epoch).
+
+    The cost of a step is the difference between the last two probes over their
+    difference in steps, so that the fixed cost of a `fit` call does not count.
+    """
+    from gpubench import devices  # noqa: PLC0415
+
+    spe = trainer.variant.steps_per_execution
+    with devices.scope(trainer.device):
+        trainer.fit_steps(spe)  # tracing and compilation
+        steps, seconds = spe, trainer.timed(spe)
+        previous = None
+        while seconds < PROBE_SECONDS and steps < trainer.steps_per_epoch:
+            previous = (steps, seconds)
+            steps = min(trainer.steps_per_epoch, steps * 4)
+            seconds = trainer.timed(steps)
+    per_step = seconds / steps
+    if previous is not None and seconds > previous[1]:
+        per_step = (seconds - previous[1]) / (steps - previous[0])
+    trainer.probe_step_seconds = per_step
+
+
+def _projected_epoch(trainer: _Trainer) -> float:
+    return trainer.probe_step_seconds * trainer.steps_per_epoch
+
+
+def _decide_box(trainer: _Trainer, baseline_epoch: float) -> None:
+    """Time-box a variant whose probe projects an epoch BOX_FACTOR x the baseline's or more."""
+    if _projected_epoch(trainer) <= BOX_FACTOR * baseline_epoch:
+        return
+    spe = trainer.variant.steps_per_execution
+    steps = int(baseline_epoch / trainer.probe_step_seconds) // spe * spe
+    trainer.boxed_steps = max(spe, min(steps, trainer.steps_per_epoch - 1))
+
+
+def _best_settings(trainers: Sequence[_Trainer]) -> dict:
+    """Each factor's value with the best probe rate (the baseline's value if none beats it)."""
+    settings = BASELINE.settings()
+    base = next(t for t in trainers if t.variant.factor == "baseline")
+    for factor in FACTORS:
+        best, best_rate = getattr(BASELINE, factor), _probe_rate(base)
+        for t in trainers:
+            if t.variant.factor == factor and _probe_rate(t) > best_rate:
+                best, best_rate = getattr(t.variant, factor), _probe_rate(t)
+        settings[factor] = best
+    return settings
+
+
+def _probe_rate(trainer: _Trainer) -> float:
+    return trainer.variant.batch_size / trainer.probe_step_seconds
+
+
+def _prepared(variant: Variant, model_name: str, device: str, split, learning_rate) -> _Trainer:
+    """A built and probed trainer, or a failed one that says why (an OOM at batch 4096 on a small GPU)."""
+    try:
+        trainer = _make_trainer(variant, model_name, device, split, learning_rate)
+        _probe(trainer)
+    except Exception as exc:  # noqa: BLE001 - recorded as the variant's status
+        trainer = _Trainer(variant, device, None, None, None, round_seconds=[])
+        trainer.fail(exc)
+    return trainer
+
+
+def measure_device(
+    model_name: str,
+    split,
+    device: str,
+    values: dict[str, Sequence],
+    *,
+    epochs: int,
+    learning_rate: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[_Trainer]:
+    """Probe every variant (and the combination of the best values), then run interleaved rounds."""
+    say = progress or (lambda text: None)
+    trainers = []
+    for variant in variants(values):
+        start = time.perf_counter()
+        trainers.append(_prepared(variant, model_name, device, split, learning_rate))
+        say(f"{device}: probed {variant.label}: {_probe_rate(trainers[-1]):,.0f} images/s "
+            f"({time.perf_counter() - start:.1f} s)")
+    combined = Variant("combined", **_best_settings(trainers))
+    trainers.append(_prepared(combined, model_name, device, split, learning_rate))
+    baseline_epoch = _projected_epoch(trainers[0])
+    for t in trainers:
+        if t.status != "ok":
+            say(f"{device}: {t.variant.label}: {t.status}: {t.error}")
+            continue
+        _decide_box(t, baseline_epoch)
+        if t.boxed_steps is not None:
+            say(f"{device}: {t.variant.label} projects {_projected_epoch(t):,.0f} s per epoch "
+                f"({_projected_epoch(t) / baseline_epoch:,.0f}x the baseline): time-boxed to "
+                f"{t.boxed_steps} steps per round")
+    from gpubench import devices  # noqa: PLC0415
+
+    for round_index in range(epochs):
+        start = time.perf_counter()
+        for t in (t for t in trainers if t.status == "ok"):
+            try:
+                with devices.scope(device):
+                    t.round_seconds.append(t.timed(t.boxed_steps))
+            except Exception as exc:  # noqa: BLE001 - an OOM is a result; the rest go on
+                t.fail(exc)
+                continue
+            if round_index > 0:
+                t.steps_done += t.boxed_steps or t.steps_per_epoch
+        say(f"{device}: round {round_index + 1}/{epochs} done "
+            f"({time.perf_counter() - start:.1f} s)")
+    return trainers
+
+
+def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env: str,
+            notebook: str) -> dict:
+    """The train record of one measured variant (evaluated on the test set unless time-boxed)."""
+    from gpubench import devices, results, timing, training  # noqa: PLC0415
+
+    v = trainer.variant
+    common = dict(notebook=notebook, env=env, device=trainer.device, model=model_name,
+                  dataset=data.name, data_source=data.source, epochs=epochs,
+                  batch_size=v.batch_size, train_samples=len(split.x_train), factor=v.factor,
+                  precision=v.precision, steps_per_execution=v.steps_per_execution,
+                  input_pipeline=v.input_pipeline, jit_compile=v.xla == "on")
+    if trainer.status != "ok" or len(trainer.round_seconds) < 2:
+        return results.make_record("train", status=trainer.status if trainer.status != "ok"
+                                   else "error", error=trainer.error or "no steady round",
+                                   epoch_seconds=list(trainer.round_seconds), **common)
+    accuracy = loss = None
+    if trainer.boxed_steps is None:
+        with devices.scope(trainer.device):
+            loss, accuracy = trainer.model.evaluate(split.x_test, split.y_test,
+                                                    batch_size=max(v.batch_size, 256), verbose=0)
+    steady = timing.summarize(trainer.round_seconds[1:])
+    common.update(training.mode_fields(trainer.model, input_pipeline=v.input_pipeline))
+    record = results.make_record(
+        "train", epoch_seconds=list(trainer.round_seconds),
+        first_epoch_seconds=trainer.round_seconds[0], steady_epoch_seconds=steady.median,
+        steady_epoch_iqr=steady.iqr, steady_epoch_min=steady.min,
+        total_seconds=sum(trainer.round_seconds),
+        test_accuracy=None if accuracy is None else float(accuracy),
+        test_loss=None if loss is None else float(loss),
+        steps_measured=trainer.steps_done, time_boxed=trainer.boxed_steps is not None, **common)
+    record["samples_per_second"] = max(round_rates(record))
+    if record.get("flops_per_sample"):
+        record["achieved_gflops"] = record["flops_per_sample"] * record["samples_per_second"] / 1e9
+    return record
+
+
+def run(
+    model_name: str,
+    data,
+    device_names: Sequence[str] | None,
+    values: dict[str, Sequence],
+    *,
+    epochs: int,
+    store=None,
+    env: str | None = None,
+    notebook: str = "Speed_Factors",
+    progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Measure every variant on every device; store and return one train record per variant."""
+    from gpubench import devices, results, training  # noqa: PLC0415 - imports TensorFlow
+
+    if model_name not in MODELS:
+        raise ValueError(f"model {model_name!r} is not one Speed_Factors trains; "
+                         f"use one of {', '.join(MODELS)}")
+    checks.positive_int("epochs", epochs, minimum=2)
+    if device_names is None:  # every device of the env, GPUs first
+        device_names = devices.list_devices()[1:] + ["cpu"]
+    env = env or results.default_env_name()
+    split = training.prepare(model_name, data)
+    records = []
+    for device in [devices.resolve(name) for name in device_names]:
+        trainers = measure_device(model_name, split, device, values, epochs=epochs,
+                                  progress=progress)
+        for trainer in trainers:
+            record = _record(trainer, split, data=data, model_name=model_name, epochs=epochs,
+                             env=env, notebook=notebook)
+            if store is not None:
+                store.append(record)
+            records.append(record)
+    return records

@@ -1,0 +1,212 @@
+"""Speed factors: the numbers the chapter and the report print, the time box, and a papermill run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import NOTEBOOKS, python_env
+from gpubench import factors, results
+
+
+def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
+            batch_size=100, samples=1000, time_boxed=False, steps=None, accuracy=0.9,
+            precision="float32", jit=False, status="ok", **extra) -> dict:
+    """A Speed_Factors train record with the given round times (round 1 first)."""
+    fields = dict(
+        model="mlp_h1000", dataset="mnist", data_source="synthetic", epochs=len(seconds),
+        batch_size=batch_size, train_samples=samples, epoch_seconds=list(seconds),
+        test_accuracy=None if time_boxed else accuracy, factor=factor, time_boxed=time_boxed,
+        steps_measured=steps, precision=precision, jit_compile=jit, steps_per_execution=1,
+        input_pipeline="arrays", flops_per_sample=4_764_000,
+    )
+    fields.update(extra)
+    record = results.make_record("train", notebook="Speed_Factors", env=env, device=device,
+                                 status=status, environment={}, **fields)
+    rates = factors.round_rates(record)
+    record["samples_per_second"] = max(rates) if rates else None
+    record["achieved_gflops"] = (4_764_000 * max(rates) / 1e9) if rates else None
+    return record
+
+
+def _effect(rows, device, factor):
+    (row,) = [r for r in rows if r["device"] == device and r["factor"] == factor]
+    return row
+
+
+def test_speedup_is_baseline_time_over_variant_time_not_inverted():
+    rows = factors.effects([
+        _record(),
+        _record(factor="batch_size", batch_size=1000, seconds=(5.0, 0.5, 0.55, 0.52)),
+        _record(factor="xla", jit=True, seconds=(5.0, 2.0, 2.1, 2.2)),
+    ])
+    batch, xla = _effect(rows, "cpu", "batch_size"), _effect(rows, "cpu", "xla")
+    assert batch["speedup"] == pytest.approx(2.0) and batch["verdict"] == "faster" and batch["clear"]
+    assert batch["value"] == "batch 1000" and factors.describe(batch) == "2.00x faster"
+    assert xla["speedup"] == pytest.approx(0.5) and xla["verdict"] == "slower"
+    assert xla["value"] == "XLA on" and factors.describe(xla) == "2.00x slower"
+    assert _effect(rows, "cpu", "baseline")["speedup"] == pytest.approx(1.0)
+
+
+def test_no_clear_effect_when_the_rounds_straddle_one():
+    base = _record(seconds=(9.0, 1.0, 1.0, 1.0))
+    noisy = _record(factor="steps_per_execution", seconds=(9.0, 0.8, 1.25, 0.9))
+    steady = _record(factor="input_pipeline", seconds=(9.0, 0.9, 0.92, 0.91))
+    rows = factors.effects([base, noisy, steady])
+    n = _effect(rows, "cpu", "steps_per_execution")
+    assert n["speedup"] == pytest.approx(1.25)  # the best round alone would call it faster
+    assert (n["low"], n["high"]) == (pytest.approx(0.8), pytest.approx(1.25))
+    assert n["verdict"] == "no clear effect" and not n["clear"]
+    assert factors.describe(n) == "no clear effect"
+    s = _effect(rows, "cpu", "input_pipeline")
+    assert s["low"] > 1.0 and s["verdict"] == "faster"
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (0.9, 1.1, "no clear effect"), (1.0, 1.3, "no clear effect"), (0.5, 1.0, "no clear effect"),
+    (1.01, 1.3, "faster"), (0.2, 0.99, "slower")])
+def test_verdict_rule(low, high, expected):
+    assert factors.verdict(low, high) == expected
+
+
+def test_each_device_is_compared_with_its_own_baseline():
+    rows = factors.effects([
+        _record("gpu:0", seconds=(9, 0.1, 0.1, 0.1), env="gpu"),
+        _record("cpu", seconds=(9, 1.0, 1.0, 1.0), env="gpu"),
+        _record("gpu:0", "batch_size", (9, 0.05, 0.05, 0.05), env="gpu", batch_size=1000),
+        _record("cpu", "batch_size", (9, 0.5, 0.5, 0.5), env="gpu", batch_size=1000),
+    ])
+    assert _effect(rows, "gpu:0", "batch_size")["speedup"] == pytest.approx(2.0)
+    assert _effect(rows, "cpu", "batch_size")["speedup"] == pytest.approx(2.0)
+
+
+def test_time_boxed_record_rates_use_the_steps_measured():
+    boxed = _record(factor="precision", precision="mixed_float16", time_boxed=True,
+                    steps=6, seconds=(50.0, 2.0, 2.0, 2.0))  # 2 steps of 100 per round
+    assert factors.round_rates(boxed) == [pytest.approx(100.0)] * 3
+    rows = factors.effects([_record(), boxed])  # baseline: 1000 images/s
+    row = _effect(rows, "cpu", "precision")
+    assert row["speedup"] == pytest.approx(0.1) and factors.describe(row) == "10x slower"
+    assert factors.accuracy_text(row) == "accuracy not measured (time-boxed)"
+    table = factors.table(rows)
+    assert "accuracy not measured (time-boxed)" in table and "6 (time-boxed)" in table
+
+
+def test_crossover_batch_size():
+    def pair(batch, gpu_s, cpu_s):
+        factor = "baseline" if batch == 100 else "batch_size"
+        return [_record("gpu:0", factor, (9, gpu_s, gpu_s), env="gpu", batch_size=batch),
+                _record("cpu", factor, (9, cpu_s, cpu_s), env="gpu", batch_size=batch)]
+    records = pair(32, 3.0, 2.0) + pair(100, 1.5, 1.0) + pair(256, 0.8, 0.9) + pair(1024, 0.2, 0.7)
+    assert factors.crossover_batch_size(records) == 256
+    assert factors.crossover_batch_size([r for r in records if r["device"] == "cpu"]) is None
+    assert "No GPU" in factors.crossover_text([r for r in records if r["device"] == "cpu"])
+    assert "**256**" in factors.crossover_text(records)
+
+
+def test_percent_of_the_best_matmul_of_the_same_device_and_dtype():
+    def matmul(device, dtype, gflops):
+        return {"benchmark": "matmul", "status": "ok", "env": "cpu", "device": device,
+                "dtype": dtype, "gflops": gflops}
+    record = _record(seconds=(9, 1.0, 1.0))  # 1000 images/s x 4.764 MFLOP = 4.764 GFLOP/s
+    mm = [matmul("cpu", "float32", 10.0), matmul("cpu", "float32", 47.64),
+          matmul("cpu", "bfloat16", 500.0), matmul("gpu:0", "float32", 9000.0)]
+    assert factors.percent_of_matmul_peak(record, mm) == pytest.approx(10.0)
+    bf16 = _record(seconds=(9, 1.0, 1.0), precision="mixed_bfloat16")
+    assert factors.percent_of_matmul_peak(bf16, mm) == pytest.approx(100 * 4.764 / 500)
+    assert factors.percent_of_matmul_peak(record, mm[2:]) is None
+
+
+def test_findings_name_what_matters():
+    rows = factors.effects([
+        _record(), _record(factor="batch_size", batch_size=1000, seconds=(9, 0.4, 0.4, 0.4)),
+        _record(factor="xla", jit=True, seconds=(9, 0.95, 1.1, 1.0)),
+    ])
+    text = factors.findings(rows)
+    assert "most here is **batch 1000**" in text and "2.50x" in text
+    assert "no clear effect: XLA on" in text
+
+
+def test_variants_change_one_factor_at_a_time():
+    found = factors.variants({"batch_size": [32, 100, 1024], "precision": ["float32"],
+                              "xla": ["off", "on"]})
+    assert [v.label for v in found] == ["baseline (book)", "batch 32", "batch 1024", "XLA on"]
+    for v in found[1:]:
+        changed = [k for k, value in v.settings().items()
+                   if value != factors.BASELINE.settings()[k]]
+        assert changed == [v.factor]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": "cifar_cnn"}, "cifar_cnn"), ({"epochs": 1}, "epochs"),
+    ({"batch_sizes": [100, 0]}, "0"), ({"precisions": ["float8"]}, "float8"),
+    ({"xla_modes": []}, "xla_modes"), ({"input_pipelines": ["generator"]}, "generator")])
+def test_check_params_names_the_bad_value(change, message):
+    params = dict(model="mlp_h1000", epochs=3, max_train_samples=None, batch_sizes=[100],
+                  precisions=["float32"], xla_modes=["off"], steps_per_execution=[1],
+                  input_pipelines=["arrays"])
+    assert factors.check_params(params)["batch_sizes"] == [100]
+    with pytest.raises(ValueError, match=message):
+        factors.check_params({**params, **change})
+
+
+def test_factors_module_loads_no_tensorflow():
+    code = ("import sys, gpubench.factors as f; f.effects([]); "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow loaded'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
+    from gpubench import data
+
+    # Box the precision variant whatever its speed, to exercise the time-boxed path.
+    def box(trainer, baseline_epoch):
+        if trainer.variant.factor == "precision":
+            trainer.boxed_steps = 2
+    monkeypatch.setattr(factors, "_decide_box", box)
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    dataset = data.load("mnist", source="synthetic", max_train_samples=660, verbose=False)
+    values = {"batch_size": [50], "precision": ["mixed_bfloat16"], "xla": ["on"],
+              "steps_per_execution": [4], "input_pipeline": ["tf.data", "on_device"]}
+    records = factors.run("mlp_h1000", dataset, ["cpu"], values, epochs=2, store=store, env="t")
+    assert [r["factor"] for r in records] == ["baseline", "batch_size", "precision", "xla",
+                                              "steps_per_execution", "input_pipeline",
+                                              "input_pipeline", "combined"]
+    assert store.read() == records
+    by = {(r["factor"], r["input_pipeline"]): r for r in records}
+    boxed = by[("precision", "arrays")]
+    assert boxed["time_boxed"] and boxed["steps_measured"] == 2 and boxed["test_accuracy"] is None
+    assert boxed["precision"] == "mixed_bfloat16"
+    assert by[("xla", "arrays")]["jit_compile"] is True
+    assert by[("baseline", "arrays")]["jit_compile"] is False
+    assert by[("steps_per_execution", "arrays")]["steps_per_execution"] == 4
+    assert by[("input_pipeline", "on_device")]["test_accuracy"] is not None
+    for r in records:
+        assert r["status"] == "ok" and len(r["epoch_seconds"]) == 2 and r["epochs"] == 2
+        assert r["samples_per_second"] == pytest.approx(max(factors.round_rates(r)))
+        assert r["achieved_gflops"] == pytest.approx(4_764_000 * r["samples_per_second"] / 1e9)
+        if not r["time_boxed"]:
+            assert r["steps_measured"] == -(-605 // r["batch_size"])  # 660 - 55 held out
+            assert 0 <= r["test_accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_speed_factors_notebook_quick_covers_every_factor(tmp_path, cpu_kernel):
+    out, results_path = tmp_path / "out.ipynb", tmp_path / "results.jsonl"
+    cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "Speed_Factors.ipynb"), str(out),
+           "-k", cpu_kernel, "-p", "profile", "quick", "-p", "results_path", str(results_path),
+           "-p", "data_source", "synthetic"]
+    proc = subprocess.run(cmd, cwd=NOTEBOOKS, capture_output=True, text=True, timeout=600,
+                          env=python_env(GPUBENCH_RUN_ID="test-run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = results.read_records(results_path)
+    assert {r["factor"] for r in records} == set(factors.FACTOR_NAMES)
+    assert all(r["notebook"] == "Speed_Factors" and r["status"] == "ok" for r in records)
+    nb = nbformat.read(out, as_version=4)
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "x vs baseline" in text and "No GPU in this environment" in text
+    assert "**cpu**:" in text  # the findings, written from the numbers

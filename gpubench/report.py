@@ -1,8 +1,8 @@
-"""Tables and charts from results: the notebooks' plots and the run report (report.md + PNGs).
+"""The run report (report.md + PNGs) and the tables and numbers it shows; charts are in plots.py.
 
-The report joins the records of one or more run directories. Each column is one
-machine and env ("vm · cpu", "vm · gpu"); the book's comparison is every column
-against the CPU env of the same machine.
+The report joins the records of one or more run directories, each job's latest
+attempt only. Each column is one machine and env ("vm · cpu", "vm · gpu"); the
+book's comparison is every column against the CPU env of the same machine.
 """
 
 from __future__ import annotations
@@ -90,22 +90,14 @@ def _label_columns(records: list[dict]) -> None:
         r["_column"] = label
 
 
-def _key(record: dict) -> tuple:
-    """What one measurement is: a later record of the same key replaces it (hand re-runs)."""
-    fixed = (record.get("_column", record["env"]), record["benchmark"], record["device"])
-    if record["benchmark"] == "matmul":
-        return fixed + (record["size"], record["method"], record.get("dtype"))
-    return fixed + (record["notebook"], record["model"], record.get("factor"),
-                    record.get("batch_size"), record.get("precision"), record.get("jit_compile"),
-                    record.get("steps_per_execution"), record.get("input_pipeline"),
-                    record.get("replicas"), record.get("workers"))
+# What makes one measurement: a later record with the same values replaces it (hand re-runs).
+_IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "model",
+             "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
+             "input_pipeline", "strategy", "replicas", "workers")
 
 
 def _dedupe(records: list[dict]) -> list[dict]:
-    kept = {}
-    for record in records:
-        kept[_key(record)] = record
-    return list(kept.values())
+    return list({tuple(str(r.get(k)) for k in _IDENTITY): r for r in records}.values())
 
 
 def columns(records: list[dict]) -> list[str]:
@@ -182,7 +174,7 @@ def matmul_series(records: list[dict]) -> dict:
     """(column, device, method, dtype) -> sorted [(size, seconds, gflops)] of ok matmul records."""
     series = defaultdict(list)
     for r in ok_records(records, "matmul"):
-        key = (r.get("_column", r["env"]), r["device"], r["method"], r.get("dtype") or "float32")
+        key = (r.get("_column", r["env"]), r["device"], r["method"], _dtype(r))
         series[key].append((r["size"], r["seconds"], r["gflops"]))
     return {k: sorted(v) for k, v in sorted(series.items())}
 
@@ -213,19 +205,15 @@ def book_train(records: list[dict]) -> list[dict]:
     return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
 
 
+_MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
+         ("batch_size", "batch ", str), ("steps_per_execution", "steps/exec ", str),
+         ("input_pipeline", "", str))
+
+
 def mode(record: dict) -> dict[str, str]:
     """The mode a train record ran in, each field in words ("XLA off", "batch 100", ...)."""
-    def known(name: str, text: str) -> str:
-        return "?" if record.get(name) is None else text
-
-    return {
-        "xla": "XLA " + known("jit_compile", "on" if record.get("jit_compile") else "off"),
-        "precision": known("precision", str(record.get("precision"))),
-        "batch": "batch " + known("batch_size", str(record.get("batch_size"))),
-        "steps": "steps/exec " + known("steps_per_execution",
-                                       str(record.get("steps_per_execution"))),
-        "input": known("input_pipeline", str(record.get("input_pipeline"))),
-    }
+    return {name: label + ("?" if record.get(name) is None else show(record[name]))
+            for name, label, show in _MODE}
 
 
 def training_rows(records: list[dict]) -> list[list]:
@@ -299,7 +287,7 @@ def unstable(records: list[dict]) -> list[str]:
         if r["benchmark"] == "train" and r["status"] == "ok" and r.get("steady_epoch_iqr") \
                 and r["steady_epoch_seconds"] \
                 and r["steady_epoch_iqr"] / r["steady_epoch_seconds"] > UNSTABLE_SPREAD:
-            steady = r["epoch_seconds"][1:]
+            steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
             what = MODEL_TITLES.get(r["model"], r["model"]) + (f", {r['factor']}"
                                                                if r.get("factor") else "")
             lines.append(
@@ -568,17 +556,20 @@ def book_vs_rigorous(records: list[dict]) -> str:
     """Why the book's single timing misleads at small sizes, told with the numbers just measured."""
     ok = ok_records(records, "matmul")
     lines = []
-    for device in sorted({r["device"] for r in ok}, key=lambda d: (d == "cpu", d)):
-        book = {r["size"]: r for r in ok if r["device"] == device and r["method"] == "book"}
-        rig = {r["size"]: r for r in ok if r["device"] == device and r["method"] == "rigorous"}
+    pairs = sorted({(r["device"], _dtype(r)) for r in ok}, key=lambda p: (p[0] == "cpu", p))
+    for device, dtype in pairs:
+        mine = [r for r in ok if r["device"] == device and _dtype(r) == dtype]
+        book = {r["size"]: r for r in mine if r["method"] == "book"}
+        rig = {r["size"]: r for r in mine if r["method"] == "rigorous"}
         sizes = sorted(set(book) & set(rig))
         if not sizes:
             continue
         small, large = sizes[0], sizes[-1]
         ratio_small = book[small]["seconds"] / rig[small]["seconds"]
         ratio_large = book[large]["seconds"] / rig[large]["seconds"]
+        what = device + (f" ({dtype})" if len({p[1] for p in pairs}) > 1 else "")
         lines.append(
-            f"- **{device}**: at {small} x {small} the book's single timing says "
+            f"- **{what}**: at {small} x {small} the book's single timing says "
             f"{fmt_seconds(book[small]['seconds'])}, the product itself takes "
             f"{fmt_seconds(rig[small]['seconds'])} (median of {rig[small]['repeats']}): the book "
             f"measures {ratio_small:.1f}x the real cost. At {large} x {large} it is "
@@ -595,9 +586,10 @@ def book_vs_rigorous(records: list[dict]) -> str:
         "like n^2 or not at all, while the product grows like n^3, so at small sizes they "
         "dominate and the chart compares overheads, not arithmetic:", "", *lines,
     ]
-    for method in ("book", "rigorous"):
-        if any(r["device"].startswith("gpu") for r in ok):
-            text.append(f"- Crossover by the {method} method: {crossover_text(records, method)}.")
+    for dtype in sorted({_dtype(r) for r in ok}) if any(r["device"] != "cpu" for r in ok) else ():
+        for method in ("book", "rigorous"):
+            text.append(f"- Crossover by the {method} method at {dtype}: "
+                        f"{crossover_text(records, method, dtype)}.")
     return "\n".join(text)
 
 

@@ -331,36 +331,6 @@ def findings(rows: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-def plot(rows: Sequence[dict]):
-    """Bar chart on a matplotlib Figure: x vs baseline per variant, one bar per device, interval as error bar."""
-    from matplotlib.figure import Figure  # noqa: PLC0415 - no pyplot, no global backend
-
-    shown = [r for r in rows if r["speedup"] is not None]
-    labels = list(dict.fromkeys(r["label"] for r in shown))
-    devices = list(dict.fromkeys(r["device"] for r in shown))
-    fig = Figure(figsize=(9, 0.45 * max(len(labels), 2) + 1.5))
-    ax = fig.add_subplot()
-    height = 0.8 / max(len(devices), 1)
-    for i, device in enumerate(devices):
-        mine = {r["label"]: r for r in shown if r["device"] == device}
-        ys = [k + i * height for k, label in enumerate(labels) if label in mine]
-        found = [mine[label] for label in labels if label in mine]
-        xs = [r["speedup"] for r in found]
-        errors = [[r["speedup"] - r["low"] for r in found], [r["high"] - r["speedup"] for r in found]]
-        ax.barh(ys, xs, height=height, xerr=errors, capsize=3, label=device)
-        for y, r in zip(ys, found):
-            ax.text(r["speedup"], y, f" {describe(r)}", va="center", fontsize=8)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks([k + height * (len(devices) - 1) / 2 for k in range(len(labels))], labels)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("speed vs the book's setting on the same device (x, log scale; bars: fastest "
-                  "round, whiskers: range of the rounds)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
 def crossover_text(records: Sequence[dict]) -> str:
     """One sentence on the CPU-GPU crossover batch size, or why there is none."""
     devices = {r["device"] for r in records if _is_factor_record(r)}

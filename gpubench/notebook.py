@@ -9,6 +9,7 @@ checked for their syntax only; `start` then resolves them with TensorFlow).
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -160,13 +161,25 @@ def check_value(name: str, value):
     raise ValueError(f"no rule for parameter {name!r}")
 
 
+# Notebooks with rules of their own beyond one value at a time (e.g. Speed_Factors needs two
+# epochs or more); their modules check without TensorFlow.
+_OWN_RULES = {"Speed_Factors": "gpubench.factors", "Multi_GPU_Scaling": "gpubench.scaling"}
+
+
 def check_params(notebook: str, given: dict) -> dict:
     """Check parameter names against `notebook`'s and each value by its rule; return them checked.
 
     No TensorFlow is imported: the runner calls this before any kernel starts.
     """
     profiles.check_names(profiles.check_notebook(notebook), given)
-    return {name: check_value(name, value) for name, value in given.items()}
+    checked = {name: check_value(name, value) for name, value in given.items()}
+    if notebook in _OWN_RULES:  # the notebook's own rules, on the given values over the defaults
+        own = importlib.import_module(_OWN_RULES[notebook]).check_params
+        merged = own({**profiles.DEFAULTS["full"][notebook],
+                      **{k: v for k, v in checked.items() if v is not None}})
+        checked = {name: merged.get(name, value) if value is not None else None
+                   for name, value in checked.items()}
+    return checked
 
 
 def start(notebook: str, values: dict | None = None, **given) -> Config:
@@ -190,17 +203,19 @@ def start(notebook: str, values: dict | None = None, **given) -> Config:
 
 
 def _resolve_devices(params: dict) -> dict:
-    """`device` / `devices` in canonical form; None `devices`: every GPU, then the CPU."""
+    """`device` / `devices` in canonical form (Multi_GPU_Scaling resolves its own, after it
+    sets up virtual devices); performanceTest's None `devices`: every GPU, then the CPU."""
     from gpubench import devices  # noqa: PLC0415 - imports TensorFlow when resolving
 
     resolved = {}
     if "device" in params:
         resolved["device"] = devices.resolve(params["device"])
-    if "devices" in params:
+    if "devices" in params and "virtual_devices" not in params:  # Multi_GPU_Scaling: its own
         names = params["devices"]
-        if names is None:  # every visible device, GPUs first as in the book
+        if names is None and "sizes" in params:  # performanceTest: every device, GPUs first
             names = devices.list_devices()[1:] + ["cpu"]
-        resolved["devices"] = [devices.resolve(name) for name in names]
+        if names is not None:
+            resolved["devices"] = [devices.resolve(name) for name in names]
     return resolved
 
 

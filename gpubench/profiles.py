@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 
 PROFILES = ("full", "quick")
-NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN")
+NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN", "Speed_Factors",
+             "Multi_GPU_Scaling")
 TRAINING_NOTEBOOKS = {"Mnist_MLP_h1000": "mlp_h1000", "Mnist_CNN": "mnist_cnn",
                       "Keras_Cifar_CNN": "cifar_cnn"}
 
@@ -35,20 +36,38 @@ MATMUL_PARAMS = {"sizes": None, "devices": None, "repeats": None, "dtype": None}
 TRAIN_PARAMS = {"device": None, "epochs": None, "batch_size": None, "max_train_samples": None,
                 "dataset": None, "data_source": None, "data_dir": None, "xla": None,
                 "precision": None}
-PARAMS = {"performanceTest": MATMUL_PARAMS, **{name: TRAIN_PARAMS for name in TRAINING_NOTEBOOKS}}
+_DATA = ("dataset", "data_source", "data_dir")
+PARAMS = {
+    "performanceTest": MATMUL_PARAMS,
+    **{name: TRAIN_PARAMS for name in TRAINING_NOTEBOOKS},
+    "Speed_Factors": dict.fromkeys(("model", "devices", "epochs", "max_train_samples", *_DATA,
+                                    "batch_sizes", "precisions", "xla_modes", "steps_per_execution",
+                                    "input_pipelines")),
+    "Multi_GPU_Scaling": dict.fromkeys(("model", "devices", "replicas", "per_replica_batch_size",
+                                        "scaling", "epochs", "max_train_samples", *_DATA,
+                                        "virtual_devices")),
+}
 
 _BOOK_SIZES = list(range(500, 5001, 500))
+_FACTORS = {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
+            "steps_per_execution": [1, 32], "input_pipelines": list(CHOICES["input_pipeline"])}
+_SCALING = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_batch_size": 100,
+            "scaling": "weak", "dataset": "mnist", "virtual_devices": None}
 _LIKE_FOR_LIKE = {"xla": "off", "precision": "float32"}  # the same mode in every env (issue 9)
 DEFAULTS = {
     "full": {
         "performanceTest": {"sizes": _BOOK_SIZES, "devices": None, "repeats": 5,
-                            "dtype": "float32"},
+                            "dtype": ["float32", "bfloat16", "float16"]},
         "Mnist_MLP_h1000": {"device": "auto", "epochs": 15, "batch_size": 100,
                             "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Mnist_CNN": {"device": "auto", "epochs": 15, "batch_size": 100,
                       "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Keras_Cifar_CNN": {"device": "auto", "epochs": 15, "batch_size": 128,
                             "max_train_samples": None, "dataset": "cifar10", **_LIKE_FOR_LIKE},
+        "Speed_Factors": {**_FACTORS, "epochs": 5, "max_train_samples": None,
+                          "batch_sizes": [32, 100, 256, 1024, 4096],
+                          "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
+        "Multi_GPU_Scaling": {**_SCALING, "epochs": 5, "max_train_samples": None},
     },
     "quick": {
         "performanceTest": {"sizes": [500, 1000, 1500, 2000], "devices": None, "repeats": 3,
@@ -59,6 +78,10 @@ DEFAULTS = {
                       "max_train_samples": 10000, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Keras_Cifar_CNN": {"device": "auto", "epochs": 3, "batch_size": 128,
                             "max_train_samples": 5000, "dataset": "cifar10", **_LIKE_FOR_LIKE},
+        "Speed_Factors": {**_FACTORS, "epochs": 3, "max_train_samples": 3000,
+                          "batch_sizes": [100, 1000], "precisions": ["float32", "mixed_bfloat16"],
+                          "xla_modes": ["off", "on"]},
+        "Multi_GPU_Scaling": {**_SCALING, "epochs": 3, "max_train_samples": 6000},
     },
 }
 
@@ -66,9 +89,9 @@ DEFAULTS = {
 # the runner weighs its progress bar and ETA with these.
 EXPECTED_SECONDS = {
     "full": {"performanceTest": 120, "Mnist_MLP_h1000": 90, "Mnist_CNN": 300,
-             "Keras_Cifar_CNN": 700},
-    "quick": {"performanceTest": 30, "Mnist_MLP_h1000": 30, "Mnist_CNN": 30,
-              "Keras_Cifar_CNN": 40},
+             "Keras_Cifar_CNN": 700, "Speed_Factors": 360, "Multi_GPU_Scaling": 240},
+    "quick": {"performanceTest": 30, "Mnist_MLP_h1000": 30, "Mnist_CNN": 45,
+              "Keras_Cifar_CNN": 40, "Speed_Factors": 75, "Multi_GPU_Scaling": 45},
 }
 
 

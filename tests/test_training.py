@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import FASHION_DIR
+from conftest import FASHION_DIR, REPO
 from gpubench import data, devices, models, notebook, profiles, results, training
 
 
@@ -31,6 +31,19 @@ def test_book_learning_rates_and_dropout():
     assert [l.output.shape[-1] for l in cnn.layers if l.__class__.__name__ == "Flatten"] == [1764]
     cifar = models.build("cifar_cnn")
     assert [l.rate for l in cifar.layers if l.__class__.__name__ == "Dropout"] == [0.25] * 4
+
+
+def test_models_py_holds_exactly_the_chapters_saved_cells():
+    """Each model has one source, its chapter; models.py is the export (tools/export_models.py)."""
+    from tools import export_models
+
+    assert export_models.exported() == (REPO / "gpubench" / "models.py").read_text(encoding="utf-8")
+    chapters = [export_models.saved_code(REPO / "notebooks" / f"{nb}.ipynb")
+                for nb in profiles.TRAINING_NOTEBOOKS]
+    assert [c.split("(")[0] for c in chapters] == [f"def {m}" for m in models.MODELS]
+    edited = export_models.render((REPO / "gpubench" / "models.py").read_text(encoding="utf-8"),
+                                  [chapters[0].replace("Dense(1000", "Dense(999"), *chapters[1:]])
+    assert "Dense(999" in edited and edited != export_models.exported()
 
 
 def test_flops_per_sample_counts_dense_and_conv_multiply_adds():

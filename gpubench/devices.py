@@ -155,6 +155,21 @@ def nvidia_smi_gpus() -> list[str] | None:
 def diagnose() -> str:
     """Explain why TensorFlow sees no GPU and name the command that fixes it."""
     tf_version = tensorflow().__version__
+    smi = nvidia_smi_gpus()
+    if smi is None and shutil.which("nvidia-smi"):
+        return (
+            f"Diagnosis: `nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
+            f"TensorFlow {tf_version} cannot see a GPU.\n"
+            "Fix: reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU "
+            "(on WSL2, install the driver on Windows, not inside Linux)."
+        )
+    if not smi:
+        why = "nvidia-smi not found" if smi is None else "nvidia-smi lists none"
+        return (
+            f"Diagnosis: no NVIDIA GPU on this machine ({why}); TensorFlow runs on the CPU.\n"
+            "Fix: nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install "
+            "its driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows)."
+        )
     if platform.system() == "Windows":
         return (
             "Diagnosis: native Windows. TensorFlow dropped GPU support on native Windows "
@@ -163,10 +178,10 @@ def diagnose() -> str:
         )
     if not _is_cuda_build():
         return (
-            f"Diagnosis: this TensorFlow {tf_version} is a CPU-only build "
-            "(tensorflow-cpu, or a platform without CUDA wheels); it can never see a GPU.\n"
-            "Fix: use the GPU environment: `make setup GPU=1` (or `gpubench setup --gpu`), "
-            "then pick the kernel gpubench-gpu; in a plain venv: "
+            f"Diagnosis: the driver sees {smi[0].strip()}, but this TensorFlow {tf_version} is a "
+            "CPU-only build (tensorflow-cpu, or a platform without CUDA wheels); it can never "
+            "see a GPU.\nFix: use the GPU environment: `make setup GPU=1` (or `gpubench setup "
+            "--gpu`), then pick the kernel gpubench-gpu; in a plain venv: "
             "`pip install 'tensorflow[and-cuda]==2.21.*'`."
         )
     hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -174,19 +189,6 @@ def diagnose() -> str:
         return (
             f"Diagnosis: CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from TensorFlow.\n"
             "Fix: `unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want)."
-        )
-    smi = nvidia_smi_gpus()
-    if smi is None:
-        return (
-            f"Diagnosis: this TensorFlow {tf_version} is a CUDA build, but the NVIDIA driver "
-            "is missing or not working (`nvidia-smi` is absent or fails).\n"
-            "Fix: install the NVIDIA driver and check that `nvidia-smi -L` lists your GPU "
-            "(on WSL2, install the driver on Windows, not inside Linux)."
-        )
-    if not smi:
-        return (
-            "Diagnosis: the NVIDIA driver runs but `nvidia-smi -L` lists no GPU.\n"
-            "Fix: check that the card is seated and enabled, then `nvidia-smi -L` again."
         )
     return (
         f"Diagnosis: the driver sees {len(smi)} GPU(s) ({smi[0].strip()}), but this CUDA build "

@@ -56,12 +56,31 @@ def test_non_string_is_rejected():
         devices.resolve(7)
 
 
-def test_gpu_on_cpu_only_build_fails_loudly(fake_machine):
-    fake_machine(gpus=0, cuda_build=False)
+H200 = 'echo "GPU 0: NVIDIA H200 (UUID: GPU-1234)"'
+
+
+@pytest.mark.parametrize("smi,why", [(None, "nvidia-smi not found"), ("echo", "nvidia-smi lists none")])
+@pytest.mark.parametrize("cuda_build", [False, True])
+def test_machine_without_any_gpu_is_told_so(fake_machine, fake_command, monkeypatch, tmp_path,
+                                            smi, why, cuda_build):
+    fake_machine(gpus=0, cuda_build=cuda_build)
+    monkeypatch.setenv("PATH", str(tmp_path / "fakebin"))  # only the fake commands
+    if smi is not None:
+        fake_command("nvidia-smi", smi)
     with pytest.raises(devices.GPUNotAvailableError) as info:
         devices.resolve("gpu")
     message = str(info.value)
-    assert "CPU-only build" in message
+    assert f"no NVIDIA GPU on this machine ({why})" in message
+    assert "GPU=1" not in message and "--gpu" not in message and "tensorflow[and-cuda]" not in message
+
+
+def test_gpu_on_cpu_only_build_fails_loudly(fake_machine, fake_command):
+    fake_machine(gpus=0, cuda_build=False)
+    fake_command("nvidia-smi", H200)
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.resolve("gpu")
+    message = str(info.value)
+    assert "CPU-only build" in message and "NVIDIA H200" in message
     assert "make setup GPU=1" in message and "tensorflow[and-cuda]" in message
 
 
@@ -76,15 +95,16 @@ def test_cuda_build_without_driver(fake_machine, fake_command, monkeypatch):
 def test_cuda_build_with_driver_but_no_libraries(fake_machine, fake_command, monkeypatch):
     fake_machine(gpus=0, cuda_build=True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    fake_command("nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-1234)"')
+    fake_command("nvidia-smi", H200)
     with pytest.raises(devices.GPUNotAvailableError) as info:
         devices.check_gpu()
     assert "NVIDIA H200" in str(info.value)
     assert "CUDA/cuDNN libraries" in str(info.value)
 
 
-def test_hidden_gpus_are_diagnosed(fake_machine, monkeypatch):
+def test_hidden_gpus_are_diagnosed(fake_machine, fake_command, monkeypatch):
     fake_machine(gpus=0, cuda_build=True)
+    fake_command("nvidia-smi", H200)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     with pytest.raises(devices.GPUNotAvailableError, match="CUDA_VISIBLE_DEVICES"):
         devices.resolve("gpu")
@@ -101,8 +121,18 @@ def test_memory_growth_is_enabled_for_every_gpu(fake_machine, monkeypatch):
     assert calls == [(g.name, True) for g in fakes]
 
 
-def test_real_machine_lists_cpu_first():
-    assert devices.list_devices()[0] == "cpu"
+def test_real_machine_devices_exist_and_take_work():
+    """Every listed device is one TensorFlow has, and work placed on it by name runs there."""
+    tf = devices.tensorflow()
+    listed = devices.list_devices()
+    assert listed == ["cpu"] + [f"gpu:{i}" for i in range(len(tf.config.list_physical_devices("GPU")))]
+    if not devices.nvidia_smi_gpus() or not devices._is_cuda_build():
+        assert listed == ["cpu"]
+    for name in listed:
+        with devices.scope(name) as canonical:
+            product = tf.constant([1.0, 2.0]) * 2.0
+        assert canonical == name and product.numpy().tolist() == [2.0, 4.0]
+        assert product.device.endswith(devices.tf_name(name).replace("/", "device:"))
 
 
 def test_doctor_reports_the_build_and_the_check():
@@ -110,8 +140,13 @@ def test_doctor_reports_the_build_and_the_check():
                          cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "TensorFlow 2.21" in out.stdout
-    if not devices.list_devices()[1:]:
-        assert "GPU check: no usable GPU" in out.stdout and "Diagnosis" in out.stdout
-        strict = subprocess.run([PYTHON, "-m", "gpubench", "doctor", "--gpu"],
-                                capture_output=True, text=True, cwd=REPO, timeout=300)
-        assert strict.returncode == 1
+    if devices.list_devices()[1:]:
+        assert "GPU check: OK" in out.stdout
+        return
+    if devices.nvidia_smi_gpus():
+        assert "Diagnosis" in out.stdout
+    else:  # a machine with no GPU at all is told so, not sent to set one up
+        assert "no NVIDIA GPU on this machine" in out.stdout and "GPU=1" not in out.stdout
+    strict = subprocess.run([PYTHON, "-m", "gpubench", "doctor", "--gpu"],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert strict.returncode == 1

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -156,6 +158,7 @@ def test_resume_after_an_interrupted_run(tmp_path):
     manifest = out / "run.json"
     jobs = json.loads(manifest.read_text())["jobs"]
     assert [j["status"] for j in jobs] == ["ok", "interrupted"]
+    assert [j["attempt"] for j in jobs] == [1, 1] and jobs[1]["error"] == "stopped by Ctrl-C"
     first_output = out / "cpu" / "Mnist_MLP_h1000.ipynb"
     stamp = first_output.stat().st_mtime_ns
     done = [r for r in results.read_records(out) if r["notebook"] == "Mnist_MLP_h1000"]
@@ -165,7 +168,8 @@ def test_resume_after_an_interrupted_run(tmp_path):
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
     assert "1 notebook(s) already done, 1 to run" in resumed.stdout
     assert first_output.stat().st_mtime_ns == stamp  # not run again
-    assert [j["status"] for j in json.loads(manifest.read_text())["jobs"]] == ["ok", "ok"]
+    jobs = json.loads(manifest.read_text())["jobs"]
+    assert [(j["status"], j["attempt"]) for j in jobs] == [("ok", 1), ("ok", 2)]
     records = results.read_records(out)
     assert [r["notebook"] for r in records if r["status"] == "ok"] == ["Mnist_MLP_h1000",
                                                                          "Mnist_CNN"]
@@ -178,6 +182,8 @@ def test_resume_after_an_interrupted_run(tmp_path):
     (["--profile", "fast"], "invalid choice: 'fast'"),
     (["--param", "sizes"], "bad --param 'sizes'"),
     (["--resume", "."], "is not a run directory"),
+    (["-p", "epoch=1"], "unknown parameter -p epoch"),
+    (["-p", "results_path=/tmp/x.jsonl"], "use --out instead"),
 ])
 def test_bad_usage_exits_2(args, message):
     proc = _run(args, timeout=120)
@@ -234,3 +240,130 @@ def test_report_of_a_missing_run_is_bad_input(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gpubench", "report", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not a run directory" in proc.stderr
+
+
+# ---- crashes, signals, two processes, damaged files (a real kernel, small sizes)
+
+SLOW_SWEEP = {"sizes": list(range(64, 2048, 32)), "repeats": 3}
+
+
+def _prepared_run(path: Path, params: dict, notebook: str = "performanceTest") -> Path:
+    """A run directory whose one job has not run yet, as `gpubench run` leaves it after a crash."""
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({
+        "schema": 1, "run_id": "20261203T000000Z-test00", "profile": "quick", "created": "now",
+        "params": {"*": params},
+        "jobs": [{"env": "cpu", "notebook": notebook, "status": "pending", "seconds": None,
+                  "error": None, "attempt": 0}]}))
+    return path
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(RUN + args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+
+
+def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() or len(path.read_bytes().splitlines()) < count:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("no records came: " + proc.stdout.read()[-3000:])
+        time.sleep(0.2)
+
+
+def _processes_of_run(run_id: str) -> list[int]:
+    """PIDs whose environment carries this run id (the runner's kernels)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"GPUBENCH_RUN_ID={run_id}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_the_kernel_dies_with_its_runner(tmp_path):
+    """kill -9 of the runner mid-notebook: no record is written after it, no kernel is left,
+    and the run directory is not left locked."""
+    run_dir = _prepared_run(tmp_path / "r", SLOW_SWEEP)
+    runner_proc = _start(["--resume", str(run_dir)])
+    results_file = run_dir / "results.jsonl"
+    _wait_for_records(results_file, 2, runner_proc)
+    runner_proc.kill()
+    runner_proc.wait()
+    size = results_file.stat().st_size
+    time.sleep(3)  # ipykernel's own parent polling alone would let it write for up to a second
+    assert results_file.stat().st_size == size
+    assert _processes_of_run("20261203T000000Z-test00") == []
+    from gpubench import envs, runner
+
+    with envs.locked(run_dir / runner.LOCK, wait=False):
+        pass
+
+
+def test_a_second_process_is_refused_and_sigterm_keeps_what_was_measured(tmp_path):
+    """Two `run --resume X`: the second exits 2 naming the first's PID. SIGTERM to the first
+    interrupts its kernel, keeps the records, marks the job interrupted, prints the resume
+    command and exits 130."""
+    run_dir = _prepared_run(tmp_path / "r", SLOW_SWEEP)
+    first = _start(["--resume", str(run_dir)])
+    _wait_for_records(run_dir / "results.jsonl", 1, first)
+    start = time.monotonic()
+    second = _run(["--resume", str(run_dir)], timeout=60)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"in use by another gpubench run (PID {first.pid})" in second.stderr
+    assert time.monotonic() - start < 10  # Python and papermill start; the refusal itself is at once
+    first.send_signal(signal.SIGTERM)
+    output = first.communicate(timeout=120)[0]
+    assert first.returncode == 130, output[-3000:]
+    assert "SIGTERM: interrupting the notebook" in output
+    assert f"gpubench run --resume {run_dir}" in output
+    job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
+    assert (job["status"], job["attempt"], job["error"]) == ("interrupted", 1, "stopped by SIGTERM")
+    kept = results.read_records(run_dir)
+    assert kept and {r["attempt"] for r in kept} == {1}
+
+
+def test_resume_after_a_cut_off_line(tmp_path):
+    """A crash left results.jsonl ending in half a record: the resumed job's records start on
+    their own line, every one of them parses, and the report is written (exit 0)."""
+    run_dir = _prepared_run(tmp_path / "r", {"sizes": [64, 128], "repeats": 1})
+    cut = '{"schema": 2, "run_id": "20261203T000000Z-test00", "env": "cpu", "noteb'
+    (run_dir / "results.jsonl").write_text(cut)
+    proc = _run(["--resume", str(run_dir)], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    assert lines[0] == cut and len(lines) == 5
+    assert [json.loads(line)["attempt"] for line in lines[1:]] == [1] * 4
+    report = subprocess.run([sys.executable, "-m", "gpubench", "report", str(run_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    assert (run_dir / "report.md").exists()
+
+
+def test_a_full_disk_in_the_kernel_fails_the_job_naming_the_path(tmp_path, monkeypatch, cpu_kernel):
+    """The kernel's writes to results.jsonl fail with ENOSPC (patched in the kernel's Python by
+    a sitecustomize): the job fails, saying the disk is full and where."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import errno, os\n_write = os.write\n"
+        "def write(fd, data):\n"
+        "    try:\n        target = os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError:\n        target = ''\n"
+        "    if target.endswith('results.jsonl'):\n"
+        "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+        "    return _write(fd, data)\nos.write = write\n")
+    _kernel_like(cpu_kernel, "gpubench-cpu-diskfull", tmp_path, monkeypatch,
+                 env={"PYTHONPATH": str(site)})
+    out = tmp_path / "r"
+    proc = _run(["--profile", "quick", "--envs", "cpu-diskfull", "--notebooks", "performanceTest",
+                 "-p", "sizes=[64]", "-p", "repeats=1", "--out", str(out)], timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job = json.loads((out / "run.json").read_text())["jobs"][0]
+    assert job["status"] == "failed" and "disk is full" in job["error"]
+    assert str((out / "results.jsonl").resolve()) in job["error"]

@@ -1,0 +1,746 @@
+"""Data-parallel training with TensorFlow's own tf.distribute, and its scaling efficiency.
+
+- `MirroredStrategy` over the chosen devices of one machine (GPUs, or the CPU split
+  into `virtual_devices` logical devices so the mechanics run without GPUs);
+- `MultiWorkerMirroredStrategy` over several machines (a host:port list and this
+  worker's index, given to TensorFlow as TF_CONFIG).
+
+Both run the same training step: `strategy.run` inside a `tf.function`, the loss
+averaged over the global batch with `tf.nn.compute_average_loss`, the data split by
+the strategy. Keras 3's `fit` cannot be that shared step: it fails under
+MultiWorkerMirroredStrategy (keras-team/keras#20585). Epochs are timed with
+`timing.EpochTimer`'s rules: a device sync ends each, epoch 1 is reported on its
+own, the steady figure is the median of epochs 2..n.
+
+No TensorFlow at import time: `include_in_run` and `check_params` are pure Python.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpubench import checks, models, results
+
+NOTEBOOK = "Multi_GPU_Scaling"
+CLI_NOTEBOOK = "gpubench scaling"
+SCALINGS = ("weak", "strong")
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
+_CPU_N = re.compile(r"^/?(?:device:)?cpu:(\d+)$", re.IGNORECASE)
+_cluster_process = False  # set once this process joined a MultiWorkerMirroredStrategy cluster
+
+
+# ---------------------------------------------------------------- rules without TensorFlow
+
+
+def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
+                   asked_by_name: bool) -> dict | None:
+    """Extra notebook parameters for `gpubench run`, or None to leave Multi_GPU_Scaling out.
+
+    Two or more GPUs: run it as it is. Otherwise it runs on the CPU split into two
+    virtual devices, and only in the quick profile of a CPU env or when asked for by name,
+    so that the full run stays within its time budget.
+    """
+    if env_is_gpu and gpu_count >= 2:
+        return {}
+    if asked_by_name or (profile == "quick" and not env_is_gpu):
+        return {"virtual_devices": 2}
+    return None
+
+
+def check_params(params: dict) -> dict:
+    """Check Multi_GPU_Scaling's own parameters (no TensorFlow); return them normalised.
+
+    `devices` becomes a list of names (or None), `replicas` a list of ints (or None).
+    Device names are checked against the machine later, by `local_devices`.
+    """
+    params = dict(params)
+    if params.get("model") not in models.MODELS:
+        raise ValueError(f"unknown model {params.get('model')!r}; use one of {', '.join(models.MODELS)}")
+    names = params.get("devices")
+    if isinstance(names, str):
+        names = [names]
+    if names is not None and (not names or not all(isinstance(n, str) for n in names)):
+        raise ValueError(f"devices must be a device name or a list of them, got {params['devices']!r}")
+    params["devices"] = names
+    replicas = params.get("replicas")
+    if isinstance(replicas, int) and not isinstance(replicas, bool):
+        replicas = [replicas]
+    if replicas is not None:
+        if not isinstance(replicas, (list, tuple)) or not replicas:
+            raise ValueError(f"replicas must be a positive integer or a list of them, got {replicas!r}")
+        replicas = [checks.positive_int("replicas", r) for r in replicas]
+    params["replicas"] = replicas
+    checks.positive_int("per_replica_batch_size", params.get("per_replica_batch_size"))
+    checks.positive_int("epochs", params.get("epochs"))
+    checks.positive_int("max_train_samples", params.get("max_train_samples"), allow_none=True)
+    checks.positive_int("virtual_devices", params.get("virtual_devices"), allow_none=True)
+    if params.get("scaling") not in SCALINGS:
+        raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch per "
+                         "replica) or \"strong\" (fixed global batch)")
+    return params
+
+
+def parse_cluster(text: str) -> list[str]:
+    """"host:port,host:port,..." -> the list of addresses; a ValueError names a malformed one."""
+    entries = [part.strip() for part in str(text).split(",")]
+    for entry in entries:
+        match = _HOST_PORT.match(entry)
+        if not match or not 0 < int(match.group("port")) < 65536:
+            raise ValueError(f"malformed --cluster entry {entry!r} in {text!r}; give HOST:PORT "
+                             "pairs separated by commas, e.g. 10.0.0.1:12345,10.0.0.2:12345")
+    if len(set(entries)) != len(entries):
+        raise ValueError(f"--cluster {text!r} names an address twice; give each worker once")
+    return entries
+
+
+def check_index(index: int, workers: int) -> int:
+    """This worker's index in a cluster of `workers`, or a ValueError naming it."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
+        raise ValueError(f"--index {index!r} is out of range for a cluster of {workers} "
+                         f"worker(s); use 0 to {workers - 1}")
+    return index
+
+
+def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tuple[int, int]:
+    """(global batch, batch per replica): weak keeps the per-replica batch, strong the global one.
+
+    Strong scaling holds the global batch at what one replica uses
+    (`per_replica_batch_size`), split as evenly as whole images allow.
+    """
+    if scaling == "weak":
+        return per_replica_batch_size * replicas, per_replica_batch_size
+    per_replica = per_replica_batch_size // replicas
+    if per_replica < 1:
+        raise ValueError(f"strong scaling splits a global batch of {per_replica_batch_size} over "
+                         f"{replicas} replicas: less than one image each; use a larger "
+                         "per_replica_batch_size or fewer replicas")
+    return per_replica * replicas, per_replica
+
+
+# ---------------------------------------------------------------- devices and strategies
+
+
+def _tf():
+    from gpubench._tf import tensorflow  # noqa: PLC0415 - TensorFlow only when training
+
+    return tensorflow()
+
+
+def split_cpu(count: int | None) -> None:
+    """Split the CPU into `count` logical devices; must run before TensorFlow initialises them."""
+    if count is None:
+        return
+    checks.positive_int("virtual_devices", count)
+    tf = _tf()
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu) or [None]
+    if len(current) == count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError:
+        raise RuntimeError(
+            f"virtual_devices={count}: TensorFlow has already set up its devices in this process "
+            f"({len(current)} CPU device(s)); restart the kernel and set virtual_devices "
+            "before anything else runs") from None
+
+
+def local_devices(names: Sequence[str] | None = None) -> list[str]:
+    """TensorFlow names of the devices to replicate over: `names`, else every GPU, else every CPU.
+
+    "cpu:N" names a virtual CPU device (see `split_cpu`); other names go through
+    `devices.resolve`, so a GPU asked for and not there raises GPUNotAvailableError.
+    """
+    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
+
+    tf = _tf()
+    cpus = len(tf.config.get_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0]) or [None])
+    if names is None:
+        gpus = devices.list_devices()[1:]
+        return [devices.tf_name(g) for g in gpus] or [f"/CPU:{i}" for i in range(cpus)]
+    chosen = []
+    for name in names:
+        match = _CPU_N.match(str(name).strip())
+        if match and int(match.group(1)) > 0:
+            if int(match.group(1)) >= cpus:
+                raise devices.DeviceError(
+                    f"unknown device {name!r}: TensorFlow has {cpus} CPU device(s); use cpu:0 to "
+                    f"cpu:{cpus - 1}, or set virtual_devices to split the CPU into more")
+            chosen.append(f"/CPU:{match.group(1)}")
+        else:
+            chosen.append(devices.tf_name(name))
+    if len(set(chosen)) != len(chosen):
+        raise devices.DeviceError(f"devices {list(names)!r} name a device twice; give each once")
+    return chosen
+
+
+def canonical(tf_device: str) -> str:
+    """"/GPU:1" -> "gpu:1", "/CPU:0" -> "cpu:0" (the names records carry)."""
+    return tf_device.strip("/").lower()
+
+
+def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[int]:
+    """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
+    if replicas is None:
+        return list(range(1, device_count + 1))
+    for count in replicas:
+        checks.positive_int("replicas", count)
+        if count > device_count:
+            raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
+                             f"replicate over; use at most {device_count} (or more devices, "
+                             "or virtual_devices on a CPU)")
+    return sorted(set(replicas))
+
+
+def mirrored(device_names: Sequence[str]):
+    """(MirroredStrategy over `device_names`, the all-reduce it uses)."""
+    tf = _tf()
+    if len(device_names) == 1:
+        ops, name = tf.distribute.ReductionToOneDevice(), "none (one replica)"
+    elif all("GPU" in d.upper() for d in device_names) and platform.system() == "Linux":
+        ops, name = tf.distribute.NcclAllReduce(), "NCCL"
+    elif all("GPU" in d.upper() for d in device_names):
+        ops, name = tf.distribute.HierarchicalCopyAllReduce(), "hierarchical copy"
+    else:
+        ops, name = tf.distribute.ReductionToOneDevice(), "reduction to one device"
+    return tf.distribute.MirroredStrategy(devices=list(device_names), cross_device_ops=ops), name
+
+
+def multi_worker(cluster: Sequence[str], index: int):
+    """(MultiWorkerMirroredStrategy for worker `index` of `cluster`, the all-reduce it uses).
+
+    Sets TF_CONFIG; create it before any other TensorFlow work in the process.
+    """
+    global _cluster_process
+    _cluster_process = True
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": index}})
+    tf = _tf()
+    impl = tf.distribute.experimental.CommunicationImplementation
+    gpus = bool(tf.config.list_physical_devices("GPU"))
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=impl.NCCL if gpus else impl.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return strategy, "NCCL" if gpus else "ring (gRPC collectives)"
+
+
+# ---------------------------------------------------------------- the shared training step
+
+
+@dataclass
+class Measured:
+    """What one training run under a strategy gave."""
+
+    epoch_seconds: list[float]
+    epoch_losses: list[float]
+    steps: int
+    train_samples: int
+    test_loss: float
+    test_accuracy: float
+    flops_per_sample: int | None = None
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss of the last epoch."""
+        return self.epoch_losses[-1]
+
+
+def distributed_input(strategy, x, y, batch: int, *,
+                      seed: int = 0, shuffle: bool = True):
+    """(distributed dataset, steps per epoch, images per epoch) for a global batch of `batch`.
+
+    Every replica gets the same number of full batches, so no worker waits on another.
+    """
+    tf = _tf()
+    steps = len(x) // batch
+    if steps == 0:
+        raise ValueError(f"{len(x)} training images are fewer than one global batch of {batch}; "
+                         "use a larger max_train_samples or a smaller per_replica_batch_size")
+    used = steps * batch
+
+    def dataset_fn(context):
+        data = tf.data.Dataset.from_tensor_slices((x[:used], y[:used]))
+        if shuffle:  # same seed on every worker: the same order, then disjoint shards
+            data = data.shuffle(used, seed=seed, reshuffle_each_iteration=True)
+        data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
+        return data.batch(context.get_per_replica_batch_size(batch), drop_remainder=True)
+
+    return strategy.distribute_datasets_from_function(dataset_fn), steps, used
+
+
+def make_step(strategy, model, batch: int):
+    """The compiled training step both strategies share: one global batch, gradients all-reduced."""
+    tf = _tf()
+    from_logits = model.loss.get_config().get("from_logits", False)
+    per_example = model.loss.__class__(from_logits=from_logits, reduction=None)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(per_example(y, model(x, training=True)),
+                                              global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function(jit_compile=False)
+    def step(iterator):
+        losses = strategy.run(replica_step, args=next(iterator))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return step
+
+
+def train(strategy, model_name: str, split, *, batch: int, epochs: int, seed: int = 0,
+          shuffle: bool = True, verbose: bool = True) -> Measured:
+    """Build `model_name` in `strategy`'s scope and train it for `epochs` with the shared step."""
+    tf = _tf()
+    import keras  # noqa: PLC0415 - loaded by _tf()
+
+    checks.positive_int("epochs", epochs)
+    keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        model = models.build(model_name)
+        model.optimizer.build(model.trainable_variables)
+    data, steps, used = distributed_input(strategy, split.x_train, split.y_train, batch,
+                                          seed=seed, shuffle=shuffle)
+    step = make_step(strategy, model, batch)
+    seconds, losses = [], []
+    for epoch in range(epochs):
+        start = time.perf_counter()
+        iterator = iter(data)
+        step_losses = [step(iterator) for _ in range(steps)]
+        _sync(model)
+        seconds.append(time.perf_counter() - start)
+        losses.append(float(tf.add_n(step_losses)) / steps)
+        if verbose:
+            print(f"  epoch {epoch + 1}/{epochs}: {seconds[-1]:.2f} s, loss {losses[-1]:.4f}",
+                  flush=True)
+    test_loss, test_accuracy = evaluate(model, split.x_test, split.y_test)
+    return Measured(seconds, losses, steps, used, test_loss, test_accuracy,
+                    models.flops_per_sample(model))
+
+
+def _sync(model) -> None:
+    """Wait until the epoch's work is done: a device sync, or across workers the updated weights."""
+    from gpubench import timing  # noqa: PLC0415 - imports TensorFlow
+
+    if _cluster_process:
+        # sync_devices fails once MultiWorkerMirroredStrategy has set up the cluster;
+        # reading a weight waits for every update queued before it, all-reduce included.
+        for variable in model.trainable_variables:
+            variable.numpy()
+    else:
+        timing.sync()
+
+
+def evaluate(model, x, y, batch: int = 1000) -> tuple[float, float]:
+    """(mean loss, accuracy) on the test set, computed locally (no collective ops)."""
+    import numpy as np  # noqa: PLC0415 - no numpy at import time
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    losses, hits = [], 0
+    for start in range(0, len(x), batch):
+        out = model(x[start:start + batch], training=False)
+        losses.append(np.asarray(model.loss(y[start:start + batch], out)) * len(out))
+        hits += int(np.sum(np.argmax(np.asarray(out), axis=1) == y[start:start + batch]))
+    return float(np.sum(losses) / len(x)), hits / len(x)
+
+
+# ---------------------------------------------------------------- records
+
+
+def record(measured: Measured, *, strategy: str, replicas: int, workers: int, batch: int,
+           per_replica: int, scaling: str, devices: Sequence[str], all_reduce: str,
+           virtual_devices: int | None, one_replica_sps: float | None, model_name: str,
+           data, env: str, notebook: str) -> dict:
+    """The `scaling` record of one run, with its efficiency against the one-replica run."""
+    from gpubench import timing  # noqa: PLC0415
+
+    seconds = measured.epoch_seconds
+    steady = timing.summarize(seconds[1:]) if len(seconds) > 1 else None
+    per_epoch = steady.median if steady else seconds[0]
+    sps = measured.train_samples / per_epoch
+    flops = measured.flops_per_sample
+    efficiency = sps / (replicas * one_replica_sps) if one_replica_sps else None
+    return results.make_record(
+        "scaling", notebook=notebook, env=env, device=",".join(canonical(d) for d in devices),
+        model=model_name, dataset=data.name, data_source=data.source, epochs=len(seconds),
+        batch_size=batch, train_samples=measured.train_samples, validation_samples=0,
+        epoch_seconds=seconds, first_epoch_seconds=seconds[0],
+        steady_epoch_seconds=steady.median if steady else None,
+        steady_epoch_iqr=steady.iqr if steady else None,
+        steady_epoch_min=steady.min if steady else None, total_seconds=float(sum(seconds)),
+        samples_per_second=sps, test_accuracy=measured.test_accuracy,
+        test_loss=measured.test_loss, jit_compile=False, precision="float32",
+        steps_per_execution=1, input_pipeline="tf.data", flops_per_sample=flops,
+        achieved_gflops=flops * sps / 1e9, strategy=strategy, replicas=replicas,
+        workers=workers, global_batch_size=batch, per_replica_batch_size=per_replica,
+        scaling=scaling, scaling_efficiency=efficiency, all_reduce=all_reduce,
+        virtual_devices=virtual_devices, devices=[canonical(d) for d in devices],
+        final_loss=measured.final_loss,
+    )
+
+
+def _failed(exc: BaseException, **fields) -> dict:
+    """An error (or oom) record for a run that did not finish."""
+    status = "oom" if checks.is_oom(exc) else "error"
+    return results.make_record("scaling", status=status,
+                               error=f"{type(exc).__name__}: {exc}".strip(), **fields)
+
+
+def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
+          replicas: Sequence[int] | None = None, per_replica_batch_size: int = 100,
+          scaling: str = "weak", epochs: int = 3, virtual_devices: int | None = None,
+          store: results.ResultsStore | None = None, env: str | None = None,
+          notebook: str = NOTEBOOK, seed: int = 0) -> list[dict]:
+    """Train `model_name` with MirroredStrategy on 1, 2, ... of `devices`; one record per count.
+
+    Efficiency compares each count with the one-replica run of this sweep (None
+    when 1 is not among `replicas`). Records go to `store` as each run finishes.
+    """
+    from gpubench import training  # noqa: PLC0415
+
+    check_params({"model": model_name, "devices": devices, "replicas": replicas,
+                  "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
+                  "epochs": epochs, "virtual_devices": virtual_devices})
+    split_cpu(virtual_devices)
+    chosen = local_devices(devices)
+    counts = check_replicas(replicas, len(chosen))
+    split = training.prepare(model_name, data)
+    env = env or results.default_env_name()
+    records, base = [], None
+    for count in counts:
+        batch, per_replica = global_batch(scaling, per_replica_batch_size, count)
+        strategy, all_reduce = mirrored(chosen[:count])
+        print(f"{count} replica(s) on {', '.join(canonical(d) for d in chosen[:count])}: "
+              f"global batch {batch} ({per_replica} per replica), all-reduce {all_reduce}",
+              flush=True)
+        common = dict(notebook=notebook, env=env, device=",".join(canonical(d) for d in chosen[:count]),
+                      model=model_name, dataset=data.name, data_source=data.source,
+                      strategy="mirrored", replicas=count, workers=1, global_batch_size=batch,
+                      per_replica_batch_size=per_replica, scaling=scaling, all_reduce=all_reduce,
+                      virtual_devices=virtual_devices)
+        try:
+            measured = train(strategy, model_name, split, batch=batch, epochs=epochs, seed=seed)
+        except BaseException as exc:
+            if store is not None:
+                store.append(_failed(exc, **common))
+            raise
+        rec = record(measured, strategy="mirrored", replicas=count, workers=1, batch=batch,
+                     per_replica=per_replica, scaling=scaling, devices=chosen[:count],
+                     all_reduce=all_reduce, virtual_devices=virtual_devices,
+                     one_replica_sps=base, model_name=model_name, data=data, env=env,
+                     notebook=notebook)
+        if count == 1:
+            base = rec["samples_per_second"]
+            rec["scaling_efficiency"] = 1.0
+        if store is not None:
+            store.append(rec)
+        records.append(rec)
+    return records
+
+
+# ---------------------------------------------------------------- reading the numbers
+
+
+def table(records: Sequence[dict]) -> str:
+    """A plain-text table: replicas, workers, batches, samples/s, efficiency, accuracy."""
+    head = (f"{'strategy':<13}{'replicas':>9}{'workers':>8}{'global batch':>13}"
+            f"{'samples/s':>11}{'ideal':>9}{'efficiency':>11}{'test acc':>9}{'final loss':>11}")
+    base = next((r["samples_per_second"] for r in records if r["replicas"] == 1
+                 and r["status"] == "ok"), None)
+    lines = [head, "-" * len(head)]
+    for r in records:
+        if r["status"] != "ok":
+            lines.append(f"{r['strategy']:<13}{r['replicas']:>9}  {r['status']}: {r['error']}")
+            continue
+        ideal = f"{base * r['replicas']:,.0f}" if base else "n/a"
+        eff = f"{r['scaling_efficiency']:.2f}" if r["scaling_efficiency"] is not None else "n/a"
+        lines.append(f"{r['strategy']:<13}{r['replicas']:>9}{r['workers']:>8}"
+                     f"{r['global_batch_size']:>13}{r['samples_per_second']:>11,.0f}{ideal:>9}"
+                     f"{eff:>11}{r['test_accuracy']:>9.4f}{r['final_loss']:>11.4f}")
+    return "\n".join(lines)
+
+
+def plot(records: Sequence[dict]):
+    """Samples/s and efficiency against replicas, each with its ideal line (a Figure)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    ok = [r for r in records if r["status"] == "ok"]
+    reps = [r["replicas"] for r in ok]
+    base = next((r["samples_per_second"] for r in ok if r["replicas"] == 1), None)
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    speed, eff = fig.subplots(1, 2)
+    speed.plot(reps, [r["samples_per_second"] for r in ok], "o-", label="measured")
+    if base:
+        speed.plot(reps, [base * n for n in reps], "--", color="grey", label="ideal (linear)")
+    speed.set(xlabel="replicas", ylabel="training images per second",
+              title="Throughput", xticks=reps)
+    speed.legend()
+    eff.plot(reps, [r["scaling_efficiency"] for r in ok], "o-", label="measured")
+    eff.axhline(1.0, linestyle="--", color="grey", label="ideal")
+    eff.set(xlabel="replicas", ylabel="scaling efficiency", title="Efficiency", xticks=reps,
+            ylim=(0, max(1.1, *[(r["scaling_efficiency"] or 0) + 0.1 for r in ok])))
+    eff.legend()
+    virtual = any(r.get("virtual_devices") for r in ok)
+    fig.suptitle(f"{ok[0]['model']}, {ok[0]['scaling']} scaling"
+                 + (" (virtual CPU devices: mechanics, not scaling)" if virtual else "")
+                 if ok else "no successful runs")
+    return fig
+
+
+def reading(records: Sequence[dict]) -> str:
+    """A few sentences written from the numbers: where efficiency drops and what that suggests."""
+    ok = [r for r in records if r["status"] == "ok" and r["scaling_efficiency"] is not None]
+    if len(ok) < 2:
+        return "Only one replica count ran, so there is no scaling to read."
+    lines = []
+    if any(r.get("virtual_devices") for r in ok):
+        lines.append(
+            "These replicas are virtual devices carved out of one CPU: they share the same cores, "
+            "so the numbers show that the distributed mechanics work, not how the machine scales.")
+    first, last = ok[0], ok[-1]
+    lines.append(
+        f"From {first['replicas']} to {last['replicas']} replicas, throughput went from "
+        f"{first['samples_per_second']:,.0f} to {last['samples_per_second']:,.0f} images/s: "
+        f"efficiency {last['scaling_efficiency']:.2f} of linear.")
+    drop = next((r for r in ok if r["scaling_efficiency"] < 0.9), None)
+    if drop is None:
+        lines.append("Efficiency stays at 0.9 or above throughout: the work per step hides the "
+                     f"all-reduce ({last['all_reduce']}).")
+    else:
+        lines.append(
+            f"Efficiency first falls below 0.9 at {drop['replicas']} replicas "
+            f"({drop['scaling_efficiency']:.2f}). Each step then spends a visible share of its "
+            f"time synchronising gradients ({drop['all_reduce']}) or waiting for input; larger "
+            "per-replica batches (weak scaling), a bigger model per step or faster links between "
+            "devices raise it.")
+    lines.append(
+        f"Test accuracy: {first['test_accuracy']:.4f} with a global batch of "
+        f"{first['global_batch_size']}, {last['test_accuracy']:.4f} with "
+        f"{last['global_batch_size']}; a larger global batch takes fewer optimiser steps per "
+        "epoch, so compare accuracy before counting a speed-up as a gain.")
+    return " ".join(lines[:1]) + ("\n\n" if len(lines) > 1 else "") + " ".join(lines[1:])
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def cli_params(profile: str | None) -> dict:
+    """Multi_GPU_Scaling's parameters in `profile`, as `gpubench scaling` uses them."""
+    from gpubench import profiles  # noqa: PLC0415
+
+    return check_params(profiles.resolve(NOTEBOOK, profile=profile)[0])
+
+
+def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None,
+               out: str | os.PathLike | None = None, replicas: int | None = None) -> int:
+    """Worker `index` of `cluster`: train with MultiWorkerMirroredStrategy; worker 0 writes records.
+
+    Worker 0 then trains the same model on one local device, the one-replica run
+    the efficiency is measured against, and writes both records to RUN_DIR/results.jsonl.
+    """
+    from gpubench import data as datasets  # noqa: PLC0415
+    from gpubench import training  # noqa: PLC0415
+
+    params = cli_params(profile)
+    if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
+        print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            single = pool.apply(_one_replica, (params,))
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    per_worker = replicas if replicas is not None else max(len(gpus), 1)
+    if per_worker > max(len(gpus), 1):
+        raise ValueError(f"--replicas {per_worker} is more than the {max(len(gpus), 1)} "
+                         f"device(s) of this worker ({len(gpus)} GPU(s)); use at most "
+                         f"{max(len(gpus), 1)}")
+    if gpus:
+        tf.config.set_visible_devices(gpus[:per_worker], "GPU")
+    strategy, all_reduce = multi_worker(cluster, index)
+    count = strategy.num_replicas_in_sync
+    print(f"worker {index} of {len(cluster)}: {count} replica(s) in sync, all-reduce "
+          f"{all_reduce}", flush=True)
+    loaded = datasets.load(params["dataset"], source=params["data_source"],
+                           data_dir=params["data_dir"], max_train_samples=params["max_train_samples"])
+    split = training.prepare(params["model"], loaded)
+    batch, per_replica = global_batch(params["scaling"], params["per_replica_batch_size"], count)
+    measured = train(strategy, params["model"], split, batch=batch, epochs=params["epochs"])
+    print(f"final_loss {measured.final_loss!r}", flush=True)
+    if index != 0:
+        return 0
+    single, local, one_reduce = single
+    base_batch = params["per_replica_batch_size"]
+    store = results.ResultsStore(Path(out or default_out()) / "results.jsonl")
+    env = results.default_env_name()
+    common = dict(scaling=params["scaling"], virtual_devices=None, model_name=params["model"],
+                  data=loaded, env=env, notebook=CLI_NOTEBOOK)
+    base = record(single, strategy="mirrored", replicas=1, workers=1, batch=base_batch,
+                  per_replica=base_batch, devices=local, all_reduce=one_reduce,
+                  one_replica_sps=None, **common)
+    base["scaling_efficiency"] = 1.0
+    multi = record(measured, strategy="multi_worker", replicas=count, workers=len(cluster),
+                   batch=batch, per_replica=per_replica, devices=cluster, all_reduce=all_reduce,
+                   one_replica_sps=base["samples_per_second"], **common)
+    store.append(base)
+    store.append(multi)
+    print(table([base, multi]))
+    print(f"Records: {store.path}")
+    return 0
+
+
+def _one_replica(params: dict) -> tuple[Measured, list[str], str]:
+    """The one-replica run of `params` on this machine's first device (run in a child process)."""
+    from gpubench import data as datasets  # noqa: PLC0415
+    from gpubench import training  # noqa: PLC0415
+
+    loaded = datasets.load(params["dataset"], source=params["data_source"],
+                           data_dir=params["data_dir"], max_train_samples=params["max_train_samples"])
+    local = ["/GPU:0" if _tf().config.list_physical_devices("GPU") else "/CPU:0"]
+    strategy, all_reduce = mirrored(local)
+    measured = train(strategy, params["model"], training.prepare(params["model"], loaded),
+                     batch=params["per_replica_batch_size"], epochs=params["epochs"])
+    return measured, local, all_reduce
+
+
+def default_out() -> Path:
+    """A new run directory under runs/ for `gpubench scaling`."""
+    return results.runs_dir() / f"scaling-{results.current_run_id()}"
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen
+    last_line: str = ""
+    reader: threading.Thread | None = None
+
+
+def _relay(worker: _Worker) -> None:
+    """Print a worker's output with its index, keeping its last non-empty line."""
+    for line in worker.proc.stdout:
+        if line.strip():
+            worker.last_line = line.strip()
+        print(f"[worker {worker.index}] {line}", end="", flush=True)
+
+
+def _stop(workers: Sequence[_Worker], grace: float = 5.0) -> None:
+    """End every worker still running (its whole process group): TERM, then KILL after `grace`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [w for w in workers if w.proc.poll() is None]
+        for w in alive:
+            try:
+                os.killpg(w.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while any(w.proc.poll() is None for w in alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for w in workers:
+        w.proc.wait()
+        if w.reader is not None:
+            w.reader.join(timeout=2)
+
+
+def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLike | None = None,
+                 replicas: int | None = None, timeout: float = 1800.0) -> int:
+    """Run `count` workers on 127.0.0.1 (free ports) and wait; 0 when all succeed.
+
+    A worker that fails ends the run at once (exit 1, or 2 for bad input), naming it
+    and its last output line; every worker is ended on every way out, Ctrl-C included.
+    """
+    checks.positive_int("--local-workers", count)
+    cli_params(profile)  # bad profile or parameters: fail before any worker starts
+    out = Path(out or default_out())
+    cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
+    env = dict(os.environ, GPUBENCH_RUN_ID=results.current_run_id())
+    workers: list[_Worker] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for index in range(count):
+            cmd = [sys.executable, "-m", "gpubench", "scaling", "--cluster", cluster,
+                   "--index", str(index), "--out", str(out)]
+            cmd += ["--profile", profile] if profile else []
+            cmd += ["--replicas", str(replicas)] if replicas else []
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, bufsize=1, start_new_session=True, env=env)
+            worker = _Worker(index, proc)
+            worker.reader = threading.Thread(target=_relay, args=(worker,), daemon=True)
+            worker.reader.start()
+            workers.append(worker)
+            print(f"worker {index}: pid {proc.pid} on {cluster.split(',')[index]}", flush=True)
+        return _watch(workers, time.monotonic() + timeout)
+    except KeyboardInterrupt:
+        print("gpubench scaling: interrupted; stopping every worker", file=sys.stderr)
+        return 130
+    finally:
+        _stop(workers)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch(workers: Sequence[_Worker], deadline: float) -> int:
+    """Wait for every worker; the first failure or the deadline ends the wait."""
+    while True:
+        codes = [w.proc.poll() for w in workers]
+        for w, code in zip(workers, codes):
+            if code not in (None, 0):
+                if w.reader is not None:
+                    w.reader.join(timeout=2)  # its last words
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                print(f"gpubench scaling: worker {w.index} (pid {w.proc.pid}) {how}; its last "
+                      f"output line: {w.last_line or '(none)'}", file=sys.stderr, flush=True)
+                return 2 if code == 2 else 1
+        if all(code == 0 for code in codes):
+            return 0
+        if time.monotonic() > deadline:
+            print("gpubench scaling: the workers did not finish in time; stopping them",
+                  file=sys.stderr, flush=True)
+            return 1
+        time.sleep(0.1)
+
+
+def cli_main(args) -> int:
+    """`gpubench scaling`: local workers, or this machine's part of a cluster."""
+    if args.replicas is not None:
+        checks.positive_int("--replicas", args.replicas)
+    if args.local_workers is not None:
+        return launch_local(args.local_workers, profile=args.profile, out=args.out,
+                            replicas=args.replicas)
+    if args.index is None:
+        raise ValueError("--cluster needs --index, this machine's position in the list (0 first)")
+    cluster = parse_cluster(args.cluster)
+    index = check_index(args.index, len(cluster))
+    return run_worker(cluster, index, profile=args.profile, out=args.out, replicas=args.replicas)

@@ -85,21 +85,78 @@ def test_env_file_installs_the_project_with_its_extra(name, extra):
     assert f"name: gpubench-{extra}" in text and "- conda-forge" in text
 
 
-def test_tensorflow_extras():
-    extras = _pyproject()["project"]["optional-dependencies"]
-    assert any(r.startswith("tensorflow-cpu==2.21.*") for r in extras["cpu"])
-    assert any(r.startswith("tensorflow==2.21.*") and "platform_machine" in r for r in extras["cpu"])
-    assert extras["gpu"] == ["tensorflow[and-cuda]==2.21.*"]
-    assert _pyproject()["project"]["scripts"]["gpubench"] == "gpubench.cli:main"
+def _applies(requirement: str, machine: str) -> bool:
+    from packaging.requirements import Requirement
+
+    marker = Requirement(requirement).marker
+    return marker is None or marker.evaluate({"platform_machine": machine, "sys_platform": "linux"})
 
 
-def test_ci_calls_make_test():
-    assert re.search(r"^make test$", (REPO / ".ci" / "run").read_text(), re.M)
+@pytest.mark.parametrize("machine,wheel", [("x86_64", "tensorflow-cpu"), ("AMD64", "tensorflow-cpu"),
+                                           ("aarch64", "tensorflow"), ("arm64", "tensorflow")])
+def test_cpu_extra_picks_one_cpu_only_tensorflow_per_platform(machine, wheel):
+    from packaging.requirements import Requirement
+
+    chosen = [Requirement(r) for r in _pyproject()["project"]["optional-dependencies"]["cpu"]
+              if _applies(r, machine)]
+    assert [r.name for r in chosen] == [wheel]
+    (gpu,) = (Requirement(r) for r in _pyproject()["project"]["optional-dependencies"]["gpu"])
+    assert gpu.name == "tensorflow" and "and-cuda" in gpu.extras
+    assert chosen[0].specifier == gpu.specifier, "the CPU and GPU envs must run the same TensorFlow"
 
 
-def test_readme_states_the_two_commands():
-    readme = (REPO / "README.md").read_text()
-    for needle in ("make run", "make test", "conda", "WSL2", "2.10", "make setup GPU=1"):
+def test_installed_versions_satisfy_the_pins():
+    """The environment the tests run in is the one pyproject.toml describes."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    project = _pyproject()["project"]
+    for req in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
+        requirement = Requirement(req.split("#")[0])
+        assert requirement.specifier.contains(version(requirement.name)), req
+
+
+def test_console_script_is_the_cli():
+    import importlib
+
+    module, _, func = _pyproject()["project"]["scripts"]["gpubench"].partition(":")
+    assert getattr(importlib.import_module(module), func) is importlib.import_module("gpubench.cli").main
+
+
+def test_ci_runs_make_test(fake_command, tmp_path):
+    """.ci/run ends in `make test` (a fake make records what it was asked)."""
+    log = tmp_path / "make.log"
+    fake_command("make", f'echo "$@" >> {log}')
+    fake_command("apt-get", "exit 0")
+    fake_command("sudo", '"$@"')
+    proc = subprocess.run(["bash", str(REPO / ".ci" / "run")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().split("\n")[-2] == "test"
+
+
+def _quick_start() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_quick_start_fits_on_one_screen_and_names_real_targets():
+    quick = _quick_start()
+    assert len(quick.strip().splitlines()) <= 24, "the quick start must fit on one screen"
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
+    named = set(re.findall(r"^make (\w+)", quick, re.M))
+    assert named == {"run", "test", "quick"} and named <= targets
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"`make (\w+)", readme)) <= targets, "README names a make target that does not exist"
+
+
+def test_readme_strict_nbval_command_uses_the_shipped_sanitize_file():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (command,) = re.findall(r"^pytest --nbval .*$", readme, re.M)
+    sanitize = re.search(r"--nbval-sanitize-with (\S+)", command).group(1)
+    assert (REPO / sanitize).is_file()
+    for needle in ("conda", "WSL2", "TensorFlow 2.10", "make setup GPU=1"):  # GPU set-up facts
         assert needle in readme, needle
 
 

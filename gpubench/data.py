@@ -25,6 +25,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 
 from gpubench.checks import positive_int
@@ -40,12 +41,9 @@ CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
 DOWNLOAD_TIMEOUT = 30.0  # seconds without a byte before a download gives up
 
-IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
+# The four IDX files in the order x_train, y_train, x_test, y_test.
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
 CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
 CIFAR10_FOLDER = "cifar-10-batches-py"
@@ -68,7 +66,7 @@ CLASS_NAMES = {
                 "truck"],
 }
 
-_IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
+IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
 # Synthetic images: a class prototype (random grey levels on blocks of BLOCK x BLOCK
 # pixels, +-CONTRAST/2) blended with up to MIX of another class's prototype, plus
 # uniform per-pixel noise of standard deviation NOISE. Blocks give the classes shapes
@@ -196,35 +194,26 @@ def _markdown_box(dataset: Dataset) -> None:
 def _load_source(name: str, source: str, data_dir, max_train_samples: int | None, seed: int) -> Dataset:
     if source == "synthetic":
         return _load_synthetic(name, max_train_samples, seed)
-    dataset = _load_keras(name) if source == "keras" else _load_dir(name, Path(data_dir).expanduser())
-    if max_train_samples is not None and max_train_samples < len(dataset.x_train):
-        dataset.x_train = dataset.x_train[:max_train_samples].copy()
-        dataset.y_train = dataset.y_train[:max_train_samples].copy()
-    return dataset
+    origin, arrays = _load_keras(name) if source == "keras" else _load_dir(name, Path(data_dir).expanduser())
+    x_train, y_train, x_test, y_test = arrays
+    if max_train_samples is not None:  # a copy, so the full arrays are freed
+        x_train, y_train = x_train[:max_train_samples].copy(), y_train[:max_train_samples].copy()
+    return Dataset(name, source, str(origin), x_train, y_train, x_test, y_test)
 
 
-def _make_dataset(name: str, source: str, origin: Path | str, arrays: dict[str, np.ndarray]) -> Dataset:
-    """Check shapes, dtypes and labels of the four arrays and wrap them in a Dataset."""
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.dtype != np.uint8 or x.shape[1:] != IMAGE_SHAPES[name]:
-            raise DataError(f"{origin}: {split} images are {x.dtype} {x.shape}, expected uint8 "
-                            f"(N, {', '.join(map(str, IMAGE_SHAPES[name]))}); use the real {name} files")
-        if y.shape != (len(x),):
-            raise DataError(f"{origin}: {len(x)} {split} images but labels of shape {y.shape}; "
-                            "the files do not belong together: re-download them")
-        _check_labels(y, origin)
-    return Dataset(name, source, str(origin), arrays["x_train"], arrays["y_train"].astype(np.int64),
-                   arrays["x_test"], arrays["y_test"].astype(np.int64))
-
-
-def _check_labels(labels: np.ndarray, origin: Path | str) -> None:
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{origin}: labels are {labels.dtype}, expected integers 0..9; re-download it")
-    bad = np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))
-    if bad.size:
-        raise DataError(f"{origin}: label {labels[bad[0]]} at index {bad[0]} is outside 0..9 "
-                        f"({bad.size} bad labels); the file is corrupt: re-download it")
+def _checked(x: np.ndarray, y: np.ndarray, x_file: object, y_file: object, shape: tuple) -> tuple:
+    """Images and int64 labels, once their shape, count and values are right; errors name the file."""
+    if x.dtype != np.uint8 or x.shape[1:] != shape:
+        raise DataError(f"{x_file} holds {'x'.join(map(str, x.shape[1:]))} {x.dtype} images, expected "
+                        f"{'x'.join(map(str, shape))} uint8; use the real files")
+    if y.shape != (len(x),):
+        raise DataError(f"{x_file} has {len(x):,} images but {y_file} has {y.size:,} labels; they must "
+                        "come from the same release: re-download both")
+    bad = np.flatnonzero((y < 0) | (y >= NUM_CLASSES)) if np.issubdtype(y.dtype, np.integer) else [0]
+    if len(bad):
+        raise DataError(f"{y_file}: label {y[bad[0]]} at index {bad[0]} is not an integer 0..9 "
+                        f"({len(bad)} bad labels); the file is corrupt: re-download it")
+    return x, y.astype(np.int64)
 
 
 # ---------------------------------------------------------------- keras cache and download
@@ -259,31 +248,51 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
         socket.setdefaulttimeout(saved)
 
 
-def _load_keras(name: str) -> Dataset:
+def _load_keras(name: str) -> tuple[Path, tuple]:
     if name == "mnist":
         path = _keras_file("mnist.npz", MNIST_URL, MNIST_SHA256)
-        return _make_dataset(name, "keras", path, _read_mnist_npz(path))
+        return path, _read_mnist_npz(path)
     if name == "fashion_mnist":  # Keras publishes no hash for these files
         subdir = os.path.join("datasets", "fashion-mnist")
-        paths = {key: _keras_file(f"{base}.gz", f"{FASHION_MNIST_BASE_URL}{base}.gz", None, subdir)
-                 for key, base in IDX_FILES.items()}
-        return _make_dataset(name, "keras", paths["x_train"].parent, _read_idx_set(paths))
+        paths = [_keras_file(f"{base}.gz", f"{FASHION_MNIST_BASE_URL}{base}.gz", None, subdir)
+                 for base in IDX_FILES]
+        return paths[0].parent, _read_idx_set(paths)
     # keras.datasets.cifar10 keeps the archive under this name; read it without extracting.
     archive = _keras_file("cifar-10-batches-py-target_archive", CIFAR10_URL, CIFAR10_SHA256)
-    return _make_dataset(name, "keras", archive, _read_cifar(archive))
+    return archive, _read_cifar(archive)
 
 
 # ---------------------------------------------------------------- local directory
 
 
-def _search_dirs(name: str, data_dir: Path) -> list[Path]:
-    return [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
-
-
-def _load_dir(name: str, data_dir: Path) -> Dataset:
+def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
+    """The first folder among data_dir and its DIR_SUBFOLDERS holding the official files."""
     if not data_dir.is_dir():
         raise DataError(f"data_dir {data_dir} is not a directory; pass the folder holding the {name} files")
-    return _dir_cifar10(data_dir) if name == "cifar10" else _dir_idx(name, data_dir)
+    folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
+    missing = IDX_FILES
+    for folder in folders:
+        if name == "cifar10":
+            for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
+                if path.is_file() or (path / "data_batch_1").is_file() or (path / "test_batch").is_file():
+                    return path, _read_cifar(path)
+            continue
+        found = [_find_idx(folder, base) for base in IDX_FILES]
+        if None not in found:
+            return folder, _read_idx_set(found)
+        if name == "mnist" and (folder / "mnist.npz").is_file():
+            return folder / "mnist.npz", _read_mnist_npz(folder / "mnist.npz")
+        missing = min(missing, [base for base, path in zip(IDX_FILES, found) if path is None], key=len)
+    searched = ", ".join(map(str, folders))
+    if name == "cifar10":
+        raise DataError(f"cifar10 files not found: no {CIFAR10_FOLDER}/, data_batch_1 or {CIFAR10_ARCHIVE} "
+                        f"in {searched}. Expected layout: <data_dir>[/cifar10]/{CIFAR10_FOLDER}/ holding "
+                        f"{', '.join(CIFAR10_BATCHES)}, or those in <data_dir> itself, or "
+                        f"<data_dir>/{CIFAR10_ARCHIVE}")
+    npz = " (or mnist.npz)" if name == "mnist" else ""
+    raise DataError(f"{name} files not found: missing {', '.join(missing)} (raw or .gz); searched "
+                    f"{searched}. Expected layout: <data_dir>[/{DIR_SUBFOLDERS[name][0]}]/ holding "
+                    f"{', '.join(IDX_FILES)}, each raw or gzipped{npz}")
 
 
 def _find_idx(folder: Path, base: str) -> Path | None:
@@ -292,74 +301,49 @@ def _find_idx(folder: Path, base: str) -> Path | None:
                  if (folder / c).is_file()), None)
 
 
-def _dir_idx(name: str, data_dir: Path) -> Dataset:
-    best_missing = list(IDX_FILES.values())
-    for folder in _search_dirs(name, data_dir):
-        found = {key: _find_idx(folder, base) for key, base in IDX_FILES.items()}
-        missing = [IDX_FILES[key] for key, path in found.items() if path is None]
-        if not missing:
-            return _make_dataset(name, "dir", folder, _read_idx_set(found))
-        if name == "mnist" and (folder / "mnist.npz").is_file():
-            return _make_dataset(name, "dir", folder / "mnist.npz", _read_mnist_npz(folder / "mnist.npz"))
-        best_missing = min(best_missing, missing, key=len)
-    raise DataError(
-        f"{name} files not found: missing {', '.join(best_missing)} (raw or .gz); searched "
-        f"{', '.join(map(str, _search_dirs(name, data_dir)))}. Expected layout: "
-        f"<data_dir>[/{DIR_SUBFOLDERS[name][0]}]/ holding {', '.join(IDX_FILES.values())}, "
-        f"each raw or gzipped (.gz){' (or mnist.npz)' if name == 'mnist' else ''}"
-    )
-
-
-def _read_mnist_npz(path: Path) -> dict[str, np.ndarray]:
+def _read_mnist_npz(path: Path) -> tuple:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return {key: npz[key] for key in IDX_FILES}
+            x_train, y_train, x_test, y_test = (npz[k] for k in ("x_train", "y_train", "x_test", "y_test"))
     except KeyError as exc:
         raise DataError(f"{path} lacks the array {exc}; expected x_train, y_train, x_test, y_test") from exc
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise DataError(f"{path} is not a readable .npz file ({exc}); re-download it") from exc
+    return (*_checked(x_train, y_train, path, path, (28, 28)),
+            *_checked(x_test, y_test, path, path, (28, 28)))
 
 
 # ---------------------------------------------------------------- IDX format
 
 
-def _read_idx_set(paths: dict[str, Path]) -> dict[str, np.ndarray]:
-    arrays = {key: _read_idx(path, "images" if key[0] == "x" else "labels") for key, path in paths.items()}
-    for split in ("train", "test"):
-        images, labels = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if len(images) != len(labels):
-            raise DataError(f"{paths[f'x_{split}']} has {len(images):,} images but "
-                            f"{paths[f'y_{split}']} has {len(labels):,} labels; they must come from "
-                            "the same release: re-download both")
-        _check_labels(labels, paths[f"y_{split}"])
-    return arrays
+def _read_idx_set(paths: list[Path]) -> tuple:
+    """Train images and labels, test images and labels, from the four IDX files in IDX_FILES order."""
+    x_train, y_train, x_test, y_test = (_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2))
+    return (*_checked(x_train, y_train, paths[0], paths[1], (28, 28)),
+            *_checked(x_test, y_test, paths[2], paths[3], (28, 28)))
 
 
 def _read_idx(path: Path, kind: str) -> np.ndarray:
-    """Parse an IDX file of unsigned bytes (gzipped or not): N 28x28 images, or N labels."""
+    """Parse an IDX file of unsigned bytes, gzipped or not: images (3-D) or labels (1-D)."""
     try:
         data = path.read_bytes()
         if path.name.endswith(".gz") or data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path} cannot be read or un-gzipped ({exc}); it is corrupt: re-download it") from exc
-    expected_magic = _IDX_MAGIC[kind]
-    magic = int.from_bytes(data[:4], "big")
-    if magic != expected_magic:
-        other = "labels" if kind == "images" else "images"
-        hint = (f"a {other[:-1]} file used as an {kind[:-1]} file?" if magic == _IDX_MAGIC[other]
-                else "not an IDX file of unsigned bytes")
-        raise DataError(f"{path} has IDX magic number 0x{magic:08x}, expected 0x{expected_magic:08x} "
-                        f"for {kind} ({hint}); check which file is which, or re-download it")
+        raise DataError(f"{path} cannot be read or un-gzipped ({exc}); it is corrupt: re-download") from exc
+    expected, magic = IDX_MAGIC[kind], int.from_bytes(data[:4], "big")
+    if magic != expected:
+        hint = "a label file used as an image file?" if magic == IDX_MAGIC["labels"] else (
+            "an image file used as a label file?" if magic == IDX_MAGIC["images"] else "not an IDX file")
+        raise DataError(f"{path} has IDX magic number 0x{magic:08x}, expected 0x{expected:08x} for {kind} "
+                        f"({hint}); check which file is which, or re-download it")
     header = 4 + 4 * (magic & 0xFF)
     dims = tuple(int.from_bytes(data[i:i + 4], "big") for i in range(4, header, 4))
     needed = int(np.prod(dims, dtype=np.int64))
     if len(data) < header or len(data) - header != needed:
-        raise DataError(f"{path} holds {max(len(data) - header, 0):,} data bytes but its header "
-                        f"(dims {'x'.join(map(str, dims))}) needs {needed:,}; the file is truncated "
-                        "or corrupt: re-download it")
-    if kind == "images" and dims[1:] != (28, 28):
-        raise DataError(f"{path} holds {dims[1]}x{dims[2]} images, expected 28x28; use the real {path.name}")
+        raise DataError(f"{path} holds {max(len(data) - header, 0):,} data bytes but its header (dims "
+                        f"{'x'.join(map(str, dims))}) needs {needed:,}; the file is truncated or corrupt: "
+                        "re-download it")
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims).copy()
 
 
@@ -387,20 +371,7 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
         return _PICKLE_ALLOWED[module, name]
 
 
-def _dir_cifar10(data_dir: Path) -> Dataset:
-    for folder in _search_dirs("cifar10", data_dir):
-        for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
-            if path.is_file() or (path / "data_batch_1").is_file() or (path / "test_batch").is_file():
-                return _make_dataset("cifar10", "dir", path, _read_cifar(path))
-    raise DataError(
-        f"cifar10 files not found: no {CIFAR10_FOLDER}/, data_batch_1 or {CIFAR10_ARCHIVE} in "
-        f"{', '.join(map(str, _search_dirs('cifar10', data_dir)))}. Expected layout: "
-        f"<data_dir>[/cifar10]/{CIFAR10_FOLDER}/ holding data_batch_1..data_batch_5 and test_batch, "
-        f"or those batches in <data_dir> itself, or <data_dir>/{CIFAR10_ARCHIVE}"
-    )
-
-
-def _read_cifar(path: Path) -> dict[str, np.ndarray]:
+def _read_cifar(path: Path) -> tuple:
     """The six batches of a folder, or of the tar.gz archive read without extracting it."""
     try:
         if path.is_dir():
@@ -417,25 +388,20 @@ def _read_cifar(path: Path) -> dict[str, np.ndarray]:
                         f"re-download (and re-extract) {CIFAR10_ARCHIVE}")
     batches = [_read_cifar_batch(files[b], path / b if path.is_dir() else f"{path}:{b}")
                for b in CIFAR10_BATCHES]
-    return {"x_train": np.concatenate([x for x, _ in batches[:-1]]),
-            "y_train": np.concatenate([y for _, y in batches[:-1]]),
-            "x_test": batches[-1][0], "y_test": batches[-1][1]}
+    return (np.concatenate([x for x, _ in batches[:-1]]), np.concatenate([y for _, y in batches[:-1]]),
+            *batches[-1])
 
 
 def _read_cifar_batch(raw: bytes, label: Path | str) -> tuple[np.ndarray, np.ndarray]:
-    """One pickled batch as (N, 32, 32, 3) uint8 images and labels; `label` names it in errors."""
+    """One pickled batch as (N, 32, 32, 3) uint8 images and int64 labels; `label` names it in errors."""
     try:
         batch = _ArrayOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
         data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
+        # Each row is 1024 red, then 1024 green, then 1024 blue values, row-major.
+        images = np.ascontiguousarray(data.reshape(len(data), 3, 32, 32).transpose(0, 2, 3, 1))
     except Exception as exc:  # a corrupt pickle fails in many ways; all mean "bad file"
-        raise DataError(f"{label} is not a valid CIFAR-10 batch pickle ({exc!r}); re-download it") from exc
-    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise DataError(f"{label}: data is {data.dtype} {data.shape}, expected uint8 (N, 3072); re-download it")
-    if labels.shape != (len(data),):
-        raise DataError(f"{label}: {len(data)} images but labels of shape {labels.shape}; re-download it")
-    _check_labels(labels, label)
-    # Each row is 1024 red, then 1024 green, then 1024 blue values, row-major.
-    return np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)), labels
+        raise DataError(f"{label} is not a valid CIFAR-10 batch ({exc!r}); re-download it") from exc
+    return _checked(images, labels, label, label, (32, 32, 3))
 
 
 # ---------------------------------------------------------------- synthetic

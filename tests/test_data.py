@@ -64,8 +64,11 @@ def make_arrays(n_train: int = 50, n_test: int = 20, seed: int = 0) -> dict[str,
             "y_test": rng.integers(0, 10, n_test).astype(np.uint8)}
 
 
+IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), data.IDX_FILES))
+
+
 def idx_name(key: str, gz: bool = True, dotted: bool = False) -> str:
-    name = data.IDX_FILES[key].replace("-idx", ".idx") if dotted else data.IDX_FILES[key]
+    name = IDX[key].replace("-idx", ".idx") if dotted else IDX[key]
     return name + (".gz" if gz else "")
 
 
@@ -200,7 +203,8 @@ def test_max_train_samples_keeps_first_train_images_and_all_test(tmp_path):
 def test_idx_truncated_file_is_named(tmp_path, extra):
     write_idx_dir(tmp_path)
     content = idx_bytes(make_arrays()["x_train"])
-    path = write_file(tmp_path / idx_name("x_train"), content[:extra] if extra < 0 else content + bytes(extra))
+    damaged = content[:extra] if extra < 0 else content + bytes(extra)
+    path = write_file(tmp_path / idx_name("x_train"), damaged)
     message = error("mnist", "dir", tmp_path)
     assert str(path) in message and "truncated" in message and "re-download" in message
     assert f"{50 * 784 + extra:,}" in message and f"{50 * 784:,}" in message
@@ -249,12 +253,12 @@ def test_missing_files_are_named_with_the_expected_layout(tmp_path):
     (tmp_path / idx_name("y_test")).unlink()
     message = error("fashion_mnist", "dir", tmp_path)
     missing, layout = message.split("Expected layout")
-    assert data.IDX_FILES["y_test"] in missing and data.IDX_FILES["x_test"] not in missing
+    assert IDX["y_test"] in missing and IDX["x_test"] not in missing
     assert str(tmp_path / "fashion-mnist") in missing and "train-images-idx3-ubyte" in layout
     empty = tmp_path / "empty"
     empty.mkdir()
     message = error("mnist", "dir", empty)
-    assert all(base in message for base in data.IDX_FILES.values()) and "mnist.npz" in message
+    assert all(base in message for base in data.IDX_FILES) and "mnist.npz" in message
 
 
 def test_data_dir_that_does_not_exist(tmp_path):
@@ -276,7 +280,8 @@ def test_real_fashion_mnist_idx_files():
     assert np.bincount(dataset.y_train).tolist() == [6000] * 10
     assert np.bincount(dataset.y_test).tolist() == [1000] * 10
     assert 50 < dataset.x_test.mean() < 100  # mostly black background, not noise
-    assert dataset.describe() == f"fashion_mnist from directory {FASHION_DIR}: 60,000 train / 10,000 test images"
+    assert dataset.describe() == (f"fashion_mnist from directory {FASHION_DIR}: "
+                                  "60,000 train / 10,000 test images")
 
 
 # ---------------------------------------------------------------- CIFAR-10 (source="dir")

@@ -229,18 +229,18 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
     # Keras reads KERAS_HOME once, at import; read it per call so the cache follows it.
     cache = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
     target = cache / subdir / fname
-    target.parent.mkdir(parents=True, exist_ok=True)  # else get_file falls back to /tmp/.keras
     saved = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)  # get_file has no timeout of its own
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)  # else get_file falls back to /tmp/.keras
         return Path(keras.utils.get_file(fname, url, file_hash=sha256, cache_subdir=subdir,
                                          cache_dir=str(cache)))
-    except ValueError as exc:  # get_file's hash check failed after a download
-        target.unlink(missing_ok=True)
-        raise DataError(f"{url} downloaded into {target} does not have the sha256 {sha256}: "
-                        f"it was corrupted or changed; it was deleted: try again, or put a good "
-                        f"copy there") from exc
     except Exception as exc:  # get_file wraps URL and HTTP errors in a bare Exception
+        if isinstance(exc, ValueError) and "hash" in str(exc):  # its check after a download
+            target.unlink(missing_ok=True)
+            raise DataError(f"{url} downloaded into {target} does not have the sha256 {sha256}: it "
+                            "was corrupted or changed and is deleted: try again, or put a good copy "
+                            "there") from exc
         raise DataUnavailable(f"cannot download {url} into {target.parent} ({exc}); if offline, "
                               'copy the files into a folder and use source="dir", or use '
                               'source="synthetic"') from exc

@@ -138,18 +138,22 @@ def build_info() -> dict:
     }
 
 
-def nvidia_smi_gpus() -> list[str] | None:
-    """Lines of `nvidia-smi -L`, [] when it lists none, None when the command is missing or fails."""
+def nvidia_smi(*args: str) -> str | None:
+    """What `nvidia-smi ARGS` prints, or None when the command is missing or fails."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
-        return None
-    return [line for line in out.stdout.splitlines() if line.strip().startswith("GPU")]
+    return out.stdout if out.returncode == 0 else None
+
+
+def nvidia_smi_gpus() -> list[str] | None:
+    """Lines of `nvidia-smi -L`, [] when it lists none, None when the command is missing or fails."""
+    out = nvidia_smi("-L")
+    return None if out is None else [line for line in out.splitlines() if line.strip().startswith("GPU")]
 
 
 def diagnose() -> str:

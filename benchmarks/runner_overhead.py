@@ -24,16 +24,18 @@ from pathlib import Path
 import nbformat
 from jupyter_client.manager import KernelManager
 
-from gpubench import runner
+from gpubench import envs, runner
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-KERNEL = "gpubench-cpu"
-MANIFEST = {"profile": "quick", "params": {}}  # what `gpubench run --profile quick` stores
+KERNEL = envs.kernel_name("cpu")
+# what `gpubench run --profile quick` stores
+MANIFEST = {"run_id": "runner-overhead", "profile": "quick", "params": {}}
 
 
 def via_runner(name: str, work: Path) -> float:
     """Wall time of the runner executing the notebook in the kernel, as `gpubench run` does."""
     job = runner.Job("cpu", name)
+    work = Path(tempfile.mkdtemp(dir=work))  # a fresh results.jsonl: the job's records are checked
     runner.execute(job, work, MANIFEST)
     if job.status != "ok":
         raise SystemExit(f"{name} failed under the runner: {job.error}")
@@ -86,6 +88,7 @@ def main() -> None:
                         default="performanceTest,Mnist_MLP_h1000,Mnist_CNN,Keras_Cifar_CNN")
     args = parser.parse_args()
     os.environ.setdefault("GPUBENCH_DATA_SOURCE", "synthetic")
+    envs.use_checkout_kernels()  # as `gpubench run` does
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         starts = [kernel_start() for _ in range(3)]

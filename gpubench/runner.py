@@ -53,6 +53,7 @@ class Job:
     seconds: float | None = None
     error: str | None = None
     attempt: int = 0  # how many times the job was executed; its records carry this number
+    extra: dict | None = None  # parameters the runner adds (Multi_GPU_Scaling's virtual devices)
 
     @property
     def kernel(self) -> str:
@@ -139,7 +140,11 @@ def declared_parameters(notebook: str) -> list[str]:
     """The names in a notebook's `parameters` cell, as papermill reads them."""
     import papermill  # noqa: PLC0415 - only the driver env has it
 
-    return list(papermill.inspect_notebook(str(notebooks_dir() / f"{notebook}.ipynb")))
+    path = notebooks_dir() / f"{notebook}.ipynb"
+    if not path.is_file():
+        raise UsageError(f"notebook {path} is missing; restore it (git checkout {path.name}) "
+                         "or leave it out with --notebooks")
+    return list(papermill.inspect_notebook(str(path)))
 
 
 def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
@@ -222,7 +227,7 @@ def check_new_out(run_dir: Path) -> None:
 
 
 def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list[str],
-            params: dict, stack: contextlib.ExitStack) -> tuple[Path, dict]:
+            params: dict, stack: contextlib.ExitStack, named: bool = False) -> tuple[Path, dict]:
     """Create and lock the run directory and its manifest; refuse an --out that holds something else."""
     run_id = results.new_run_id()
     run_dir = Path(out) if out else results.runs_dir() / run_id
@@ -239,6 +244,7 @@ def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list
     manifest = {
         "schema": 1, "run_id": run_id, "profile": profile, "params": params,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "named": notebooks if named else [],
         "jobs": [asdict(Job(env, nb)) for env in env_names for nb in notebooks],
     }
     write_manifest(run_dir, manifest)
@@ -387,8 +393,8 @@ def _environ(**values: str):
 def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     """The papermill parameters of one job: profile, env, results path, device, and --param values."""
     params = {"profile": manifest["profile"], "env_name": job.env,
-              "results_path": str((run_dir / "results.jsonl").resolve())}
-    if job.notebook != "performanceTest":
+              "results_path": str((run_dir / "results.jsonl").resolve()), **(job.extra or {})}
+    if "device" in profiles.parameter_names(job.notebook):
         params["device"] = env_device(job.env)
     for scope in ("*", job.notebook):
         for name, value in manifest["params"].get(scope, {}).items():
@@ -488,7 +494,8 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             profile = profiles.resolve_profile(profile) if profile else "full"
             env_list, notebook_list = check_envs(env_names), check_notebooks(notebooks)
             check_params(params or {}, notebook_list)
-            run_dir, manifest = new_run(out, profile, env_list, notebook_list, params or {}, stack)
+            run_dir, manifest = new_run(out, profile, env_list, notebook_list, params or {}, stack,
+                                        named=notebooks is not None)
             jobs = [Job(**j) for j in manifest["jobs"]]
         with _signals_stop_the_run():
             return _run_jobs(run_dir, manifest, jobs, resumed=bool(resume))
@@ -504,7 +511,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> 
     print(f"gpubench run {run_dir}  (profile {manifest['profile']}, run id {manifest['run_id']})")
     if resumed:
         print(f"resuming: {len(jobs) - len(todo)} notebook(s) already done, {len(todo)} to run")
-    _mark_unavailable(todo)
+    _mark_unavailable(todo, manifest)
 
     expected = profiles.EXPECTED_SECONDS[manifest["profile"]]
     runnable = [j for j in todo if j.status == "pending"]
@@ -562,10 +569,12 @@ def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
     return f"[{number}/{count}] {job.env}/{job.notebook}  (elapsed {clock(elapsed)}, about {clock(left)} left)"
 
 
-def _mark_unavailable(jobs: list[Job]) -> None:
-    """Skip envs without a kernel of this checkout; fail GPU envs whose TensorFlow sees no GPU."""
+def _mark_unavailable(jobs: list[Job], manifest: dict) -> None:
+    """Skip envs without a kernel of this checkout; fail GPU envs whose TensorFlow sees no GPU;
+    apply Multi_GPU_Scaling's rule (scaling.include_in_run) with the GPUs each env sees."""
     specs = envs.kernel_specs()
     problems: dict[str, tuple[str, str] | None] = {}
+    gpu_count: dict[str, int] = {}
     for env in dict.fromkeys(job.env for job in jobs):
         if env not in specs:
             problems[env] = ("skipped", f"env {env!r} is not set up (no kernel {envs.kernel_name(env)}); "
@@ -574,14 +583,29 @@ def _mark_unavailable(jobs: list[Job]) -> None:
             problems[env] = ("skipped", foreign)
         elif env_device(env) == "gpu":
             info = envs.probe(env)
+            gpu_count[env] = len(info["gpus"])
             if info["error"] or not info["gpus"]:
                 problems[env] = ("failed", info["error"] or info["diagnosis"]
                                  or "its TensorFlow sees no GPU")
     for job in jobs:
         job.status, job.error = problems.get(job.env) or ("pending", None)
+        if job.status == "pending" and job.notebook == "Multi_GPU_Scaling":
+            _scaling_rule(job, gpu_count.get(job.env, 0), manifest)
     for env, problem in problems.items():
         if problem:
             print(f"{problem[0].upper()} env {env}: {problem[1]}")
+
+
+def _scaling_rule(job: Job, gpus: int, manifest: dict) -> None:
+    """Multi_GPU_Scaling runs on 2+ GPUs, or on 2 virtual CPU devices when quick or named; else skipped."""
+    from gpubench import scaling  # noqa: PLC0415 - TensorFlow-free at import
+
+    job.extra = scaling.include_in_run(envs.is_gpu_env(job.env), gpus, manifest["profile"],
+                                       job.notebook in manifest.get("named", []))
+    if job.extra is None:
+        job.status = "skipped"
+        job.error = ("Multi_GPU_Scaling needs 2 or more GPUs in the full profile; name it "
+                     "(--notebooks Multi_GPU_Scaling) to run it on 2 virtual CPU devices")
 
 
 def _save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:

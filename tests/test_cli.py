@@ -61,8 +61,9 @@ def test_parameter_of_one_notebook_is_checked_against_it(capsys, tmp_path):
                                         ("sizes=[0]", "0")])
 def test_bad_value_exits_2_naming_it(capsys, tmp_path, monkeypatch, item, words):
     monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
-    code, _, err = _main(capsys, "run", "--profile", "quick", "--envs", "cpu",
-                         "--out", str(tmp_path / "r"), "-p", item)
+    code, _, err = _main(capsys, "run", "--profile", "quick", "--envs", "cpu", "--notebooks",
+                         "performanceTest,Mnist_CNN,Mnist_MLP_h1000", "--out", str(tmp_path / "r"),
+                         "-p", item)
     name = item.split("=")[0].split(":")[-1]
     assert code == 2 and name in err and words in err, err
     assert not (tmp_path / "r").exists()
@@ -70,7 +71,8 @@ def test_bad_value_exits_2_naming_it(capsys, tmp_path, monkeypatch, item, words)
 
 def test_typo_exits_2_within_10_s_without_tensorflow():
     """`-p epoch=1` (for epochs): the whole CLI, a fresh process, no kernel, no TensorFlow."""
-    code = ("import sys, runpy; sys.argv = ['gpubench', 'run', '-p', 'epoch=1']\n"
+    code = ("import sys, runpy; sys.argv = ['gpubench', 'run', '--notebooks', "
+            "'performanceTest,Mnist_CNN', '-p', 'epoch=1']\n"
             "try:\n    runpy.run_module('gpubench', run_name='__main__')\n"
             "except SystemExit as e:\n    print('TF' if 'tensorflow' in sys.modules else 'noTF');"
             " sys.exit(e.code)\n")
@@ -301,3 +303,20 @@ def test_every_help_has_an_example(command):
 def test_report_help_says_what_it_reads_and_writes():
     text = cli._parser()._subparsers._group_actions[0].choices["report"].format_help()
     assert "results.jsonl" in text and "report.md" in text and "PNG" in text and "--out" in text
+
+
+@pytest.mark.parametrize("profile,named,expected", [
+    ("quick", [], {"virtual_devices": 2}), ("full", [], None),
+    ("full", ["Multi_GPU_Scaling"], {"virtual_devices": 2})])
+def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path):
+    job = runner.Job("cpu", "Multi_GPU_Scaling")
+    runner._mark_unavailable([job], {"profile": profile, "named": named})
+    assert job.extra == expected
+    assert job.status == ("skipped" if expected is None else "pending")
+    if expected:
+        manifest = {"profile": profile, "params": {}}
+        assert runner.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 2
+        manifest["params"] = {"Multi_GPU_Scaling": {"virtual_devices": 4}}  # the user's -p wins
+        assert runner.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 4
+    else:
+        assert "needs 2 or more GPUs" in job.error

@@ -51,7 +51,27 @@ def test_jupyter_server_lists_kernel_and_notebooks(tmp_path, cpu_kernel):
         assert cpu_kernel in specs["kernelspecs"]
         listed = {item["name"] for item in _get(port, "/api/contents/", token)["content"]}
         expected = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
-        assert len(expected) == 5 and expected <= listed
+        assert "Compare_CPU_GPU.ipynb" in expected and expected <= listed
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_make_puts_this_checkouts_kernels_first():
+    """`make lab` and `make test` run Jupyter with CHECKOUT/.jupyter first on JUPYTER_PATH, so a
+    kernel name another clone registered with --user never runs that clone's code here."""
+    show = "show:\n\t@echo $$JUPYTER_PATH\n"
+    proc = subprocess.run(["make", "--no-print-directory", "-s", "-f", "Makefile", "-f", "-", "show"],
+                          input=show, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=python_env(JUPYTER_PATH="/elsewhere"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().split(":") == [str(REPO / ".jupyter"), "/elsewhere"]
+
+
+def test_the_server_runs_this_checkouts_kernel(tmp_path, cpu_kernel):
+    """The kernel Jupyter finds under the name is the one `make setup` registered for this checkout."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
+    assert spec.resource_dir == str(REPO / ".jupyter" / "kernels" / cpu_kernel)
+    assert spec.env["PYTHONPATH"] == str(REPO)

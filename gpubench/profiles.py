@@ -77,7 +77,7 @@ DEFAULTS = {
         "Mnist_CNN": {"device": "auto", "epochs": 3, "batch_size": 100,
                       "max_train_samples": 10000, "dataset": "mnist", **_LIKE_FOR_LIKE},
         "Keras_Cifar_CNN": {"device": "auto", "epochs": 3, "batch_size": 128,
-                            "max_train_samples": 5000, "dataset": "cifar10", **_LIKE_FOR_LIKE},
+                            "max_train_samples": 3000, "dataset": "cifar10", **_LIKE_FOR_LIKE},
         "Speed_Factors": {**_FACTORS, "epochs": 3, "max_train_samples": 3000,
                           "batch_sizes": [100, 1000], "precisions": ["float32", "mixed_bfloat16"],
                           "xla_modes": ["off", "on"]},

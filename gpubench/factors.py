@@ -245,9 +245,10 @@ def crossover_batch_size(records: Sequence[dict]) -> int | None:
 
 def best_matmul_gflops(matmul_records: Sequence[dict], env: str, device: str,
                        dtype: str) -> float | None:
-    """The highest GFLOP/s among ok matmul records of that env, device and dtype."""
-    values = [r["gflops"] for r in matmul_records
-              if r.get("benchmark") == "matmul" and r.get("status") == "ok" and r.get("gflops")
+    """The best GFLOP/s (fastest repeat) among ok matmul records of that env, device and dtype."""
+    values = [2 * r["size"] ** 3 / (r.get("seconds_min") or r["seconds"]) / 1e9
+              for r in matmul_records
+              if r.get("benchmark") == "matmul" and r.get("status") == "ok" and r.get("seconds")
               and r["env"] == env and r["device"] == device and r["dtype"] == dtype]
     return max(values) if values else None
 
@@ -274,6 +275,12 @@ def accuracy_text(row: dict) -> str:
     return f"{row['test_accuracy']:.4f}"
 
 
+def _effect_text(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['record'].get('error') or ''}"
+    return "(the reference)" if row["factor"] == "baseline" else describe(row)
+
+
 def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
     """A Markdown table: one line per variant and device, x vs baseline, interval, verdict, accuracy."""
     lines = ["| device | variant | x vs baseline (min) | median x | interval | effect | "
@@ -288,7 +295,7 @@ def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
         lines.append(
             f"| {row['device']} | {row['label']} | {_fmt_x(row['speedup'])} | "
             f"{_fmt_x(row['median_speedup'])} | {interval} | "
-            f"{row['verdict'] if row['status'] == 'ok' else row['status']} | "
+            f"{_effect_text(row)} | "
             f"{'n/a' if rate is None else f'{rate:,.0f}'} | "
             f"{'n/a' if steps is None else steps}{' (time-boxed)' if row['time_boxed'] else ''} | "
             f"{'n/a' if gflops is None else f'{gflops:.1f}'} | "

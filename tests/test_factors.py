@@ -93,6 +93,7 @@ def test_time_boxed_record_rates_use_the_steps_measured():
     assert factors.accuracy_text(row) == "accuracy not measured (time-boxed)"
     table = factors.table(rows)
     assert "accuracy not measured (time-boxed)" in table and "6 (time-boxed)" in table
+    assert "10x slower" in table and "(the reference)" in table
 
 
 def test_crossover_batch_size():
@@ -108,9 +109,10 @@ def test_crossover_batch_size():
 
 
 def test_percent_of_the_best_matmul_of_the_same_device_and_dtype():
-    def matmul(device, dtype, gflops):
+    def matmul(device, dtype, best):  # 1000^3 x 2 FLOPs: the fastest repeat at `best` GFLOP/s
         return {"benchmark": "matmul", "status": "ok", "env": "cpu", "device": device,
-                "dtype": dtype, "gflops": gflops}
+                "dtype": dtype, "size": 1000, "seconds_min": 2 / best, "seconds": 4 / best,
+                "gflops": best / 2}
     record = _record(seconds=(9, 1.0, 1.0))  # 1000 images/s x 4.764 MFLOP = 4.764 GFLOP/s
     mm = [matmul("cpu", "float32", 10.0), matmul("cpu", "float32", 47.64),
           matmul("cpu", "bfloat16", 500.0), matmul("gpu:0", "float32", 9000.0)]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -14,6 +17,7 @@ from conftest import NOTEBOOKS, REPO, python_env
 from gpubench import notebook, profiles, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+MACHINE_PATHS = {str(REPO), tempfile.gettempdir() + os.sep, *([str(Path.home())] if len(Path.home().parts) > 1 else [])}
 NOISE = re.compile(r"^[IWE]\d{4} |oneDNN custom operations|absl::InitializeLog|cpu_feature_guard"
                    r"|WARNING:tensorflow|This TensorFlow binary is optimized", re.M)
 
@@ -41,6 +45,9 @@ def test_stored_notebook_is_clean(name):
             assert not NOISE.search(text), f"{name}: TensorFlow log noise: {text[:200]}"
             assert not (out.output_type == "stream" and out.name == "stderr"), \
                 f"{name}: stray stderr output: {out.text[:200]}"
+            shown = text + "".join(str(v) for v in out.get("data", {}).values())
+            for machine_path in MACHINE_PATHS:
+                assert machine_path not in shown, f"{name}: a machine path in the outputs: {machine_path}"
     executed = [c for c in code[1:] if c.execution_count is not None]
     assert len(executed) == len(code) - 1, f"{name}: stored outputs are not from a complete run"
 

@@ -26,19 +26,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gpubench import checks
+from gpubench import checks, profiles
 
 MODELS = ("mlp_h1000", "mnist_cnn")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-XLA_MODES = ("off", "on")
-INPUT_PIPELINES = ("arrays", "tf.data", "on_device")
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
 FACTOR_NAMES = ("baseline", *FACTORS, "combined")
 # Notebook parameter -> the factor whose values it lists.
 LIST_PARAMS = {"batch_sizes": "batch_size", "precisions": "precision", "xla_modes": "xla",
                "steps_per_execution": "steps_per_execution", "input_pipelines": "input_pipeline"}
-STATISTIC = ("the fastest steady round per sample (rounds 2..n), median beside it; uncertainty: "
-             "the range of the per-round ratios against the baseline's interleaved rounds")
 # A variant whose probe projects an epoch more than BOX_FACTOR x the baseline's is time-boxed.
 BOX_FACTOR = 8.0
 # Probes grow until one lasts PROBE_SECONDS (or covers an epoch).
@@ -131,10 +126,10 @@ def check_params(params: dict) -> dict:
     for name in ("batch_sizes", "steps_per_execution"):
         params[name] = [checks.positive_int(f"{name} item", item)
                         for item in _as_list(name, params.get(name))]
-    params["precisions"] = _check_choices("precisions", params.get("precisions"), PRECISIONS)
-    params["xla_modes"] = _check_choices("xla_modes", params.get("xla_modes"), XLA_MODES)
-    params["input_pipelines"] = _check_choices("input_pipelines", params.get("input_pipelines"),
-                                               INPUT_PIPELINES)
+    for name, factor in LIST_PARAMS.items():
+        if factor in profiles.CHOICES:
+            choices = [c for c in profiles.CHOICES[factor] if c != "auto"]  # XLA: off or on here
+            params[name] = _check_choices(name, params.get(name), choices)
     return params
 
 

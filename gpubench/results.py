@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import uuid
 import warnings
@@ -27,13 +26,10 @@ KNOWN_SCHEMAS = (1, 2)
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
 
-COMMON_FIELDS = (
-    "schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
-    "timestamp", "attempt", "environment",
-)
-MATMUL_FIELDS = (
-    "size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats", "gflops",
-)
+COMMON_FIELDS = ("schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
+                 "timestamp", "attempt", "environment")
+MATMUL_FIELDS = ("size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats",
+                 "gflops")
 TRAIN_FIELDS = (
     "model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
     "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
@@ -42,10 +38,8 @@ TRAIN_FIELDS = (
     "jit_compile", "precision", "steps_per_execution", "input_pipeline", "flops_per_sample",
     "achieved_gflops",
 )
-SCALING_FIELDS = TRAIN_FIELDS + (
-    "strategy", "replicas", "workers", "global_batch_size", "per_replica_batch_size",
-    "scaling", "scaling_efficiency",
-)
+SCALING_FIELDS = TRAIN_FIELDS + ("strategy", "replicas", "workers", "global_batch_size",
+                                 "per_replica_batch_size", "scaling", "scaling_efficiency")
 # Fields beyond DESIGN.md's list that gpubench also records.
 EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
@@ -55,10 +49,9 @@ EXTRA_FIELDS = {
                 "virtual_devices", "devices", "final_loss"),
 }
 BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
-ENVIRONMENT_FIELDS = (
-    "python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version", "cudnn_version",
-    "os", "cpu_model", "cpu_count", "ram_gb", "gpus", "git_commit", "hostname", "tf_env",
-)
+ENVIRONMENT_FIELDS = ("python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version",
+                      "cudnn_version", "os", "cpu_model", "cpu_count", "ram_gb", "gpus",
+                      "git_commit", "hostname", "tf_env")
 # Environment variables that change what TensorFlow does; a run records those that are set.
 TF_ENV_VARS = ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
                "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
@@ -82,11 +75,6 @@ class ResultsPathError(ValueError):
 
 class ResultsWriteError(ResultsPathError):
     """A record could not be appended (full or read-only disk); the message names the path."""
-
-    def __init__(self, message: str, errno_: int | None = None) -> None:
-        """Keep the OS error number beside the message."""
-        super().__init__(message)
-        self.errno = errno_
 
 
 def write_problem(exc: OSError) -> str:
@@ -112,11 +100,8 @@ def _process_run_id() -> str:
 
 def current_attempt() -> int:
     """The runner's attempt number of the job writing records (GPUBENCH_ATTEMPT), else 1."""
-    text = os.environ.get("GPUBENCH_ATTEMPT", "1")
-    try:
-        return max(1, int(text))
-    except ValueError:
-        return 1
+    text = os.environ.get("GPUBENCH_ATTEMPT", "1").strip()
+    return max(1, int(text)) if text.isdigit() else 1
 
 
 def default_env_name() -> str:
@@ -149,28 +134,16 @@ def make_record(
         raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {list(allowed)}")
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
-    record = {
-        "schema": SCHEMA,
-        "run_id": current_run_id(),
-        "env": env,
-        "notebook": notebook,
-        "benchmark": benchmark,
-        "device": device,
-        "status": status,
-        "error": error,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "attempt": current_attempt(),
-        "environment": environment if environment is not None else environment_snapshot(),
-    }
-    for name in allowed:
-        record[name] = fields.get(name)
-    return record
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    record = {"schema": SCHEMA, "run_id": current_run_id(), "env": env, "notebook": notebook,
+              "benchmark": benchmark, "device": device, "status": status, "error": error,
+              "timestamp": now, "attempt": current_attempt(),
+              "environment": environment if environment is not None else environment_snapshot()}
+    return record | {name: fields.get(name) for name in allowed}
 
 
 def validate(record: dict) -> None:
     """Raise ValueError naming the first field of `record` that is missing or of a wrong type."""
-    if not isinstance(record, dict):
-        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     benchmark = record.get("benchmark")
     if benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"record has unknown benchmark {benchmark!r}; "
@@ -178,14 +151,12 @@ def validate(record: dict) -> None:
     for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark]:
         if name not in record:
             raise ValueError(f"{benchmark} record lacks the field {name!r}")
-        wanted = FIELD_TYPES.get(name)
-        value = record[name]
+        wanted, value = FIELD_TYPES.get(name), record[name]
         if wanted and (isinstance(value, bool) or not isinstance(value, wanted)):
             raise ValueError(f"{benchmark} field {name!r} has the wrong type: {value!r}")
     if record["status"] not in STATUSES:
         raise ValueError(f"record has unknown status {record['status']!r}")
-    missing = [k for k in ENVIRONMENT_FIELDS if k not in record["environment"]]
-    if missing:
+    if missing := [k for k in ENVIRONMENT_FIELDS if k not in record["environment"]]:
         raise ValueError(f"record environment lacks {missing}")
 
 
@@ -207,19 +178,15 @@ class ResultsStore:
         """Open (and create if needed) the store at `path`; fail now if it cannot be written."""
         self.path = Path(path)
         if self.path.is_dir():
-            raise ResultsPathError(
-                f"results path {str(self.path)!r} is a directory; pass a file path such as "
-                f"{str(self.path / 'results.jsonl')!r}"
-            )
+            raise ResultsPathError(f"results path {str(self.path)!r} is a directory; pass a file "
+                                   f"path such as {str(self.path / 'results.jsonl')!r}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8"):
-                pass
+            self.path.touch()
         except OSError as exc:
             raise ResultsPathError(
-                f"cannot write results to {str(self.path)!r} ({exc.strerror or exc}); "
-                "pass a results_path in a writable directory, e.g. runs/my-run/results.jsonl"
-            ) from None
+                f"cannot write results to {str(self.path)!r} ({write_problem(exc)}); pass a "
+                "results_path in a writable directory, e.g. runs/my-run/results.jsonl") from None
 
     def append(self, record: dict) -> dict:
         """Validate `record`, append it as one line, sync it to disk, and return it.
@@ -234,7 +201,7 @@ class ResultsStore:
         except OSError as exc:
             raise ResultsWriteError(
                 f"cannot append a record to {str(self.path)!r}: {write_problem(exc)}; "
-                "free some space (or make it writable) and resume the run", exc.errno) from exc
+                "free some space (or make it writable) and resume the run") from exc
         return record
 
     def read(self) -> list[dict]:
@@ -270,9 +237,7 @@ def parse_line(line: str) -> dict:
         raise ValueError(f"unknown schema version {schema!r}; this gpubench reads "
                          f"{list(KNOWN_SCHEMAS)}: update gpubench to read it")
     if schema == 1:
-        record.setdefault("attempt", 1)
-        for name in SCHEMA_2_FIELDS:
-            record.setdefault(name, None)
+        record = {"attempt": 1, **dict.fromkeys(SCHEMA_2_FIELDS), **record}
     validate(record)
     return record
 
@@ -311,19 +276,11 @@ def environment_snapshot() -> dict:
 def _snapshot() -> dict:
     from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
 
-    snapshot = {"python": platform.python_version()}
-    snapshot.update(devices.build_info())
-    snapshot.update(
-        os=platform.platform(),
-        cpu_model=_cpu_model(),
-        cpu_count=_cpu_count(),
-        ram_gb=_ram_gb(),
-        gpus=_gpus(devices),
-        git_commit=_git_commit(),
-        hostname=platform.node(),
-        tf_env={name: os.environ[name] for name in TF_ENV_VARS if name in os.environ},
-    )
-    return snapshot
+    return {"python": platform.python_version(), **devices.build_info(),
+            "os": platform.platform(), "cpu_model": _cpu_model(), "cpu_count": _cpu_count(),
+            "ram_gb": _ram_gb(), "gpus": _gpus(devices), "git_commit": _git_commit(),
+            "hostname": platform.node(),
+            "tf_env": {name: os.environ[name] for name in TF_ENV_VARS if name in os.environ}}
 
 
 def _cpu_model() -> str:
@@ -341,10 +298,7 @@ def _cpu_model() -> str:
 
 
 def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _ram_gb() -> float | None:
@@ -356,15 +310,11 @@ def _ram_gb() -> float | None:
 
 def _gpus(devices) -> list[dict]:
     """GPU name, memory and driver from nvidia-smi; TensorFlow's names when it is absent."""
-    out = None
-    if shutil.which("nvidia-smi"):
-        out = _run([
-            "nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-            "--format=csv,noheader,nounits",
-        ])
-    if out:
+    out = devices.nvidia_smi("--query-gpu=name,memory.total,driver_version",
+                             "--format=csv,noheader,nounits")
+    if out and out.strip():
         gpus = []
-        for line in out.splitlines():
+        for line in out.strip().splitlines():
             name, memory, driver = (part.strip() for part in line.split(",")[:3])
             try:
                 memory_gb = round(float(memory) / 1024, 1)
@@ -411,6 +361,4 @@ def runs_dir() -> Path:
 def default_results_path() -> Path:
     """Where notebooks run by hand write: GPUBENCH_RESULTS_PATH, else runs/interactive/results.jsonl."""
     env = os.environ.get("GPUBENCH_RESULTS_PATH")
-    if env:
-        return Path(env)
-    return runs_dir() / "interactive" / "results.jsonl"
+    return Path(env) if env else runs_dir() / "interactive" / "results.jsonl"

@@ -577,8 +577,10 @@ def envs_report() -> str:
     notes = []
     for env in STANDARD_ENVS:
         if env not in specs:
-            kernel = kernel_name(env)
-            notes.append(f"{env}: not set up (no kernel {kernel}); create it with {SETUP_COMMANDS[env]}")
+            notes.append(f"{env}: not set up (no kernel {kernel_name(env)}); " + (
+                "this machine has no NVIDIA GPU (nvidia-smi not found or lists none)"
+                if env == "gpu" and not devices.nvidia_smi_gpus()
+                else f"create it with {SETUP_COMMANDS[env]}"))
     for info in probes:
         notes += _problems(info)
     if notes:

@@ -394,7 +394,6 @@ def test_real_kernel_specs_probe_and_report(jupyter_dir):
     assert re.search(r"  GPU: no  ", row) and row.endswith(f"{sys.executable}  {ROOT}")
     assert f"this checkout: {ROOT}" in report
     assert "gpu: not set up" in report
-    assert "make setup GPU=1" in report
     assert "cpu: not set up" not in report
 
 
@@ -456,10 +455,15 @@ def test_probe_of_unknown_kernel(jupyter_dir):
     assert "no Jupyter kernel named 'gpubench-nosuch'" in info["error"]
 
 
-def test_report_with_no_kernels(jupyter_dir):
+@pytest.mark.parametrize("smi", [None, [], ["GPU 0: NVIDIA H200 (UUID: GPU-1)"]])
+def test_report_with_no_kernels(jupyter_dir, monkeypatch, smi):
+    """The GPU env's fix is offered only where nvidia-smi lists a GPU."""
+    monkeypatch.setattr(envs.devices, "nvidia_smi_gpus", lambda: smi)
     report = envs.envs_report()
     assert "no gpubench kernels are registered" in report
     assert "cpu: not set up" in report and "gpu: not set up" in report
+    assert ("make setup GPU=1" in report) == bool(smi)
+    assert ("this machine has no NVIDIA GPU" in report) == (not smi)
 
 
 def test_a_kernel_of_another_checkout_is_foreign(jupyter_dir, tmp_path):

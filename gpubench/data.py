@@ -266,7 +266,7 @@ def _load_keras(name: str) -> tuple[Path, tuple]:
 
 
 def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
-    """The first folder among data_dir and its DIR_SUBFOLDERS holding the official files."""
+    """(origin, arrays) from the first of data_dir and its DIR_SUBFOLDERS that holds the files."""
     if not data_dir.is_dir():
         raise DataError(f"data_dir {data_dir} is not a directory; pass the folder holding the {name} files")
     folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]

@@ -114,7 +114,7 @@ def test_check_params_reads_lists_as_papermill_passes_them(given, expected):
 
 @pytest.mark.parametrize("name,given,message", [
     ("performanceTest", {"sizes": "500,big"}, r"sizes: 'big' is not a positive integer.*-y \"sizes: \["),
-    ("performanceTest", {"sizes": "[500,"}, r"not a list.*-y \"sizes: \[500, 1000\]\""),
+    ("performanceTest", {"sizes": "[500,"}, r"not a list.*-y \"sizes: \[100, 1000\]\"; gpubench run: -p sizes=100,1000"),
     ("performanceTest", {"devices": "cpu,tpu"}, r"unknown device 'tpu'"),
     ("Mnist_CNN", {"xla": "yes"}, r"unknown xla 'yes'; use one of off, on, auto"),
     ("Mnist_CNN", {"precision": "float16"}, r"unknown precision 'float16'.*mixed_float16"),

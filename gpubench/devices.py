@@ -64,6 +64,18 @@ def list_devices() -> list[str]:
     return ["cpu"] + [f"gpu:{i}" for i in range(len(_physical_gpus()))]
 
 
+def check_name(name: object) -> str:
+    """`name` stripped, if gpubench accepts its syntax (checked without TensorFlow); else DeviceError."""
+    if not isinstance(name, str):
+        raise DeviceError(f"device must be a string, got {name!r}; use one of {ACCEPTED}")
+    match = _PATTERN.match(name.strip())
+    if name.strip().lower() != "auto" and not match:
+        raise DeviceError(f"unknown device {name!r}; use one of {ACCEPTED}")
+    if match and match.group(1).lower() == "cpu" and int(match.group(2) or 0) != 0:
+        raise DeviceError(f"unknown device {name!r}: TensorFlow has one CPU device, use \"cpu\"")
+    return name.strip()
+
+
 def resolve(name: str) -> str:
     """Map a device name to its canonical form ("cpu" or "gpu:N"), or raise a clear error.
 
@@ -71,19 +83,13 @@ def resolve(name: str) -> str:
     which in the returned name). "gpu" or "gpu:N" with no visible GPU raises
     `GPUNotAvailableError`; an unknown name or index raises `DeviceError`.
     """
-    if not isinstance(name, str):
-        raise DeviceError(f"device must be a string, got {name!r}; use one of {ACCEPTED}")
-    text = name.strip()
+    text = check_name(name)
     if text.lower() == "auto":
         return "gpu:0" if len(list_devices()) > 1 else "cpu"
     match = _PATTERN.match(text)
-    if not match:
-        raise DeviceError(f"unknown device {name!r}; use one of {ACCEPTED}")
-    kind, index = match.group(1).lower(), int(match.group(2) or 0)
-    if kind == "cpu":
-        if index != 0:
-            raise DeviceError(f"unknown device {name!r}: TensorFlow has one CPU device, use \"cpu\"")
+    if match.group(1).lower() == "cpu":
         return "cpu"
+    index = int(match.group(2) or 0)
     available = list_devices()[1:]
     if not available:
         raise GPUNotAvailableError(

@@ -46,6 +46,19 @@ def test_gpu_index_out_of_range_names_the_real_ones(fake_machine):
         devices.resolve("gpu:7")
 
 
+def test_name_syntax_is_checked_without_tensorflow():
+    code = ("import sys; from gpubench import devices\n"
+            "assert [devices.check_name(n) for n in (' auto', 'GPU:3', '/device:CPU:0')] == "
+            "['auto', 'GPU:3', '/device:CPU:0']\n"
+            "for bad in ('tpu', 'cpu:1', 'gpu:x', 7):\n"
+            "    try: devices.check_name(bad)\n"
+            "    except devices.DeviceError as e: assert repr(bad) in str(e), e\n"
+            "    else: raise SystemExit(f'{bad!r} accepted')\n"
+            "assert 'tensorflow' not in sys.modules")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
 def test_second_cpu_is_rejected():
     with pytest.raises(devices.DeviceError, match="cpu:1"):
         devices.resolve("cpu:1")

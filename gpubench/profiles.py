@@ -1,14 +1,9 @@
-"""Profiles: the parameters of each notebook, their accepted choices, and their defaults.
+"""Each notebook's parameters, their accepted values, and their defaults in the `full` (the book's)
+and `quick` (a smoke run) profiles. No TensorFlow or numpy: the runner checks parameters first.
 
-`full` is the book's settings, `quick` a smoke run. A training chapter's
-parameters cell shows the book's values (`epochs = 15`); in the quick profile,
-every value still equal to the book's is replaced by the quick one, and the
-notebook prints what it changed. A parameter left as None takes the profile's
-default. `profile=None` reads GPUBENCH_PROFILE (else "full"), `data_source=None`
-reads GPUBENCH_DATA_SOURCE (else "auto"), `data_dir=None` reads GPUBENCH_DATA_DIR.
-
-No TensorFlow and no numpy here: the runner checks parameters with these
-tables before any kernel starts.
+None takes the profile's default; so does, in the quick profile, a value equal to the book's.
+`profile=None` reads GPUBENCH_PROFILE (else "full"), `data_source=None` GPUBENCH_DATA_SOURCE
+(else "auto"), `data_dir=None` GPUBENCH_DATA_DIR.
 """
 
 from __future__ import annotations
@@ -31,21 +26,16 @@ CHOICES = {
     "scaling": ("weak", "strong"),
 }
 
-COMMON = {"profile": None, "results_path": None, "env_name": None}
-MATMUL_PARAMS = {"sizes": None, "devices": None, "repeats": None, "dtype": None}
-TRAIN_PARAMS = {"device": None, "epochs": None, "batch_size": None, "max_train_samples": None,
-                "dataset": None, "data_source": None, "data_dir": None, "xla": None,
-                "precision": None}
+COMMON = ("profile", "results_path", "env_name")  # the runner sets these
 _DATA = ("dataset", "data_source", "data_dir")
-PARAMS = {
-    "performanceTest": MATMUL_PARAMS,
-    **{name: TRAIN_PARAMS for name in TRAINING_NOTEBOOKS},
-    "Speed_Factors": dict.fromkeys(("model", "devices", "epochs", "max_train_samples", *_DATA,
-                                    "batch_sizes", "precisions", "xla_modes", "steps_per_execution",
-                                    "input_pipelines")),
-    "Multi_GPU_Scaling": dict.fromkeys(("model", "devices", "replicas", "per_replica_batch_size",
-                                        "scaling", "epochs", "max_train_samples", *_DATA,
-                                        "virtual_devices")),
+PARAMS = {  # each notebook's own parameters, in its parameters cell's order
+    "performanceTest": ("sizes", "devices", "repeats", "dtype"),
+    **{name: ("device", "epochs", "batch_size", "max_train_samples", *_DATA, "xla", "precision")
+       for name in TRAINING_NOTEBOOKS},
+    "Speed_Factors": ("model", "devices", "epochs", "max_train_samples", *_DATA, "batch_sizes",
+                      "precisions", "xla_modes", "steps_per_execution", "input_pipelines"),
+    "Multi_GPU_Scaling": ("model", "devices", "replicas", "per_replica_batch_size", "scaling",
+                          "epochs", "max_train_samples", *_DATA, "virtual_devices"),
 }
 
 _BOOK_SIZES = list(range(500, 5001, 500))
@@ -53,17 +43,22 @@ _FACTORS = {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
             "steps_per_execution": [1, 32], "input_pipelines": list(CHOICES["input_pipeline"])}
 _SCALING = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_batch_size": 100,
             "scaling": "weak", "dataset": "mnist", "virtual_devices": None}
-_LIKE_FOR_LIKE = {"xla": "off", "precision": "float32"}  # the same mode in every env (issue 9)
+
+
+def _chapter(epochs: int, batch_size: int, max_train_samples: int | None, dataset: str) -> dict:
+    """A training chapter's defaults; XLA off and float32 in every env: like for like (issue 9)."""
+    return {"device": "auto", "epochs": epochs, "batch_size": batch_size,
+            "max_train_samples": max_train_samples, "dataset": dataset, "xla": "off",
+            "precision": "float32"}
+
+
 DEFAULTS = {
     "full": {
         "performanceTest": {"sizes": _BOOK_SIZES, "devices": None, "repeats": 5,
                             "dtype": ["float32", "bfloat16", "float16"]},
-        "Mnist_MLP_h1000": {"device": "auto", "epochs": 15, "batch_size": 100,
-                            "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
-        "Mnist_CNN": {"device": "auto", "epochs": 15, "batch_size": 100,
-                      "max_train_samples": None, "dataset": "mnist", **_LIKE_FOR_LIKE},
-        "Keras_Cifar_CNN": {"device": "auto", "epochs": 15, "batch_size": 128,
-                            "max_train_samples": None, "dataset": "cifar10", **_LIKE_FOR_LIKE},
+        "Mnist_MLP_h1000": _chapter(15, 100, None, "mnist"),
+        "Mnist_CNN": _chapter(15, 100, None, "mnist"),
+        "Keras_Cifar_CNN": _chapter(15, 128, None, "cifar10"),
         "Speed_Factors": {**_FACTORS, "epochs": 5, "max_train_samples": None,
                           "batch_sizes": [32, 100, 256, 1024, 4096],
                           "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
@@ -72,12 +67,9 @@ DEFAULTS = {
     "quick": {
         "performanceTest": {"sizes": [500, 1000, 1500, 2000], "devices": None, "repeats": 3,
                             "dtype": "float32"},
-        "Mnist_MLP_h1000": {"device": "auto", "epochs": 3, "batch_size": 100,
-                            "max_train_samples": 12000, "dataset": "mnist", **_LIKE_FOR_LIKE},
-        "Mnist_CNN": {"device": "auto", "epochs": 3, "batch_size": 100,
-                      "max_train_samples": 10000, "dataset": "mnist", **_LIKE_FOR_LIKE},
-        "Keras_Cifar_CNN": {"device": "auto", "epochs": 3, "batch_size": 128,
-                            "max_train_samples": 3000, "dataset": "cifar10", **_LIKE_FOR_LIKE},
+        "Mnist_MLP_h1000": _chapter(3, 100, 12000, "mnist"),
+        "Mnist_CNN": _chapter(3, 100, 10000, "mnist"),
+        "Keras_Cifar_CNN": _chapter(3, 128, 3000, "cifar10"),
         "Speed_Factors": {**_FACTORS, "epochs": 3, "max_train_samples": 3000,
                           "batch_sizes": [100, 1000], "precisions": ["float32", "mixed_bfloat16"],
                           "xla_modes": ["off", "on"]},
@@ -120,18 +112,12 @@ def check_names(notebook: str, given: dict) -> None:
     """Raise naming every parameter in `given` that `notebook` does not take."""
     unknown = sorted(set(given) - set(parameter_names(notebook)))
     if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {', '.join(unknown)} for {notebook}; "
-            f"it takes {', '.join(parameter_names(notebook))}"
-        )
+        raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for {notebook}; "
+                         f"it takes {', '.join(parameter_names(notebook))}")
 
 
 def resolve(notebook: str, **given) -> tuple[dict, dict]:
-    """Fill in the profile's values: (parameters, {name: (book value, quick value)} changed).
-
-    A parameter given as None takes the profile's default. In the quick profile, a
-    value still equal to the book's (the full profile's) takes the quick default.
-    """
+    """(parameters with the profile's values filled in, {name: (book, quick)} for those replaced)."""
     check_names(notebook, given)
     profile = resolve_profile(given.get("profile"))
     params = {name: given.get(name) for name in parameter_names(notebook)}
@@ -144,8 +130,6 @@ def resolve(notebook: str, **given) -> tuple[dict, dict]:
             if default != book[name]:
                 changed[name] = (book[name], default)
     if "data_source" in params:
-        if params["data_source"] is None:
-            params["data_source"] = os.environ.get("GPUBENCH_DATA_SOURCE") or "auto"
-        if params["data_dir"] is None:
-            params["data_dir"] = os.environ.get("GPUBENCH_DATA_DIR") or None
+        params["data_source"] = params["data_source"] or os.environ.get("GPUBENCH_DATA_SOURCE") or "auto"
+        params["data_dir"] = params["data_dir"] or os.environ.get("GPUBENCH_DATA_DIR") or None
     return params, changed

@@ -1,7 +1,6 @@
-"""Train one of the book's models with honest epoch timing and write its `train` record.
+"""Train one of the book's models in a recorded mode, with honest epoch timing, and write its record.
 
-Arrays are prepared once and stay in memory; Keras feeds them to the device
-with no Python work per batch, so the data is never the bottleneck.
+Arrays are prepared once and stay in memory, so the data is never the bottleneck.
 """
 
 from __future__ import annotations
@@ -10,17 +9,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpubench import checks, devices, models, profiles, results, timing
+from gpubench import checks, devices, models, results, timing
 from gpubench.data import Dataset
+from gpubench.notebook import check_value
 
 # Which input shape each model takes, and the share of the training images held
 # out for validation (the book: 5,000 of MNIST's 60,000; validation_split=0.2 for CIFAR-10).
 INPUT_SHAPES = {"mlp_h1000": (784,), "mnist_cnn": (28, 28, 1), "cifar_cnn": (32, 32, 3)}
 IMAGE_SHAPES = {"mlp_h1000": (28, 28), "mnist_cnn": (28, 28), "cifar_cnn": (32, 32, 3)}
 VALIDATION_FRACTION = {"mlp_h1000": 1 / 12, "mnist_cnn": 1 / 12, "cifar_cnn": 0.2}
-# The `xla` parameter as Keras's `jit_compile`; "off" by default, so that every env
-# trains in the same mode (Keras's own "auto" turns XLA on only where it sees a GPU).
 CHANCE = 0.1  # ten classes
+# `xla` as Keras's jit_compile; "off" by default: Keras's "auto" turns XLA on only where it sees a GPU.
 JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
 
 
@@ -75,34 +74,24 @@ def scale(model_name: str, images: np.ndarray) -> np.ndarray:
 
 def build_model(model_name, device: str, *, precision: str = "float32",
                 learning_rate: float | None = None, xla: str = "off", steps_per_execution: int = 1):
-    """Build and compile `model_name` (or a builder function) on `device`, in the mode asked for.
-
-    `precision` is the Keras dtype policy the layers are built under (the last
-    layer stays float32); `xla` is "off", "on" or "auto" (Keras's `jit_compile`);
-    `learning_rate` None keeps the book's.
-    """
+    """Build and compile `model_name` (or a builder) on `device` under the dtype policy `precision`,
+    with `xla` ("off", "on", "auto") as jit_compile; `learning_rate` None keeps the book's."""
     builder = models.BUILDERS.get(model_name, model_name)
     if not callable(builder):
         raise ValueError(f"unknown model {model_name!r}; use one of {', '.join(models.MODELS)}")
-    options = dict(jit_compile=JIT_COMPILE[_one_of("xla", xla)],
+    options = dict(jit_compile=JIT_COMPILE[check_value("xla", xla)],
                    steps_per_execution=checks.positive_int("steps_per_execution",
                                                            steps_per_execution))
     if learning_rate is not None:
         options["learning_rate"] = learning_rate
     mixed_precision = models.keras.mixed_precision
     previous = mixed_precision.global_policy()
-    mixed_precision.set_global_policy(_one_of("precision", precision))
+    mixed_precision.set_global_policy(check_value("precision", precision))
     try:
         with devices.scope(device):
             return builder(**options)
     finally:
         mixed_precision.set_global_policy(previous)
-
-
-def _one_of(name: str, value: str) -> str:
-    if value not in profiles.CHOICES[name]:
-        raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(profiles.CHOICES[name])}")
-    return value
 
 
 def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
@@ -111,23 +100,14 @@ def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
         jit_compile=bool(model.jit_compile),
         precision=model.dtype_policy.name,
         steps_per_execution=int(model.steps_per_execution),
-        input_pipeline=_one_of("input_pipeline", input_pipeline),
+        input_pipeline=check_value("input_pipeline", input_pipeline),
         flops_per_sample=models.flops_per_sample(model),
     )
 
 
-def train(
-    model,
-    data: Dataset,
-    *,
-    epochs: int,
-    batch_size: int,
-    device: str,
-    store: results.ResultsStore | None = None,
-    env: str | None = None,
-    notebook: str = "",
-    verbose: int = 2,
-) -> TrainRun:
+def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
+          store: results.ResultsStore | None = None, env: str | None = None, notebook: str = "",
+          verbose: int = 2) -> TrainRun:
     """Fit `model` on `data` for `epochs` on `device`, evaluate it, and store one `train` record.
 
     If training stops with an error or Ctrl-C, a record with the epochs measured so

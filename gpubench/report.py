@@ -129,6 +129,11 @@ def fmt_seconds(value: float | None) -> str:
     return f"{value:.3g} s"
 
 
+def fmt(value, spec: str) -> str:
+    """`value` formatted with `spec`, or "–" when it is missing."""
+    return "–" if value is None else format(value, spec)
+
+
 def md_table(headers: list[str], rows: list[list]) -> str:
     """A GitHub-flavoured Markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
@@ -234,10 +239,10 @@ def training_rows(records: list[dict]) -> list[list]:
                 rows.append(first + [r["status"].upper(), "–", "–", "–", "–", "–", data])
                 continue
             saved, speedup = _versus(by_key.get((model, baseline(records, column))), r)
-            accuracy = "–" if r["test_accuracy"] is None else f"{r['test_accuracy']:.3f}"
             rows.append(first + [
                 fmt_seconds(r["total_seconds"]), fmt_seconds(r["steady_epoch_seconds"]),
-                fmt_seconds(r["first_epoch_seconds"]), saved, speedup, accuracy, data])
+                fmt_seconds(r["first_epoch_seconds"]), saved, speedup,
+                fmt(r["test_accuracy"], ".3f"), data])
     return rows
 
 
@@ -338,19 +343,14 @@ def scaling_rows(records: list[dict]) -> list[list]:
     scaling = [r for r in records if r["benchmark"] == "scaling"]
     for r in sorted(scaling, key=lambda r: (r["_column"], str(r["strategy"]),
                                             r["workers"] or 1, r["replicas"] or 0)):
-        virtual = f"virtual ({r['virtual_devices']} on one CPU)" if r.get("virtual_devices") \
-            else ", ".join(r.get("devices") or []) or r["device"]
-        if r["status"] != "ok":
-            rows.append([r["_column"], r["strategy"], r["workers"], r["replicas"], virtual,
-                         r["global_batch_size"], r["status"].upper(), "–", "–", "–"])
-            continue
-        efficiency = r["scaling_efficiency"]
-        rate = r["samples_per_second"]
-        rows.append([r["_column"], r["strategy"], r["workers"], r["replicas"], virtual,
-                     r["global_batch_size"], "–" if rate is None else f"{rate:,.0f}",
-                     "–" if efficiency is None else f"{100 * efficiency:.0f}%",
-                     r.get("all_reduce") or "–",
-                     "–" if r["test_accuracy"] is None else f"{r['test_accuracy']:.3f}"])
+        devices = (f"virtual ({r['virtual_devices']} on one CPU)" if r.get("virtual_devices")
+                   else ", ".join(r.get("devices") or []) or r["device"])
+        ok = r["status"] == "ok"
+        rows.append([r["_column"], r["strategy"], r["workers"], r["replicas"], devices,
+                     r["global_batch_size"],
+                     fmt(r["samples_per_second"], ",.0f") if ok else r["status"].upper(),
+                     fmt(r["scaling_efficiency"], ".0%") if ok else "–",
+                     r.get("all_reduce") or "–", fmt(r["test_accuracy"], ".3f") if ok else "–"])
     return rows
 
 
@@ -432,16 +432,52 @@ def _axes(figsize: tuple[float, float] = (8, 5)):
     return Figure(figsize=figsize).subplots()
 
 
-def _charts_matmul(matmul: list[dict], charts: dict) -> list[str]:
-    """The matmul charts on their own Figures; Markdown lines that show them."""
+def training_section(records: list[dict], charts: dict) -> list[str]:
+    """The book's table, its mode warnings, the epoch-time chart and the unstable flags."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     from gpubench import plots  # noqa: PLC0415
 
+    lines = []
+    if book_train(records):
+        lines += ["## Training: the book's table", "",
+                  "Total time is all epochs (the book's number, 15 epochs in the full profile); "
+                  "steady epoch is the median of epochs 2..n; epoch 1 includes tracing and "
+                  "compilation. Time saved and speedup compare each env with the CPU env of "
+                  "the same machine, in the mode each row shows.", "",
+                  md_table(TRAINING_HEADERS, training_rows(records)), ""]
+        lines += [line + "\n" for line in not_like_for_like(records)]
+    if book_train(ok_records(records, "train")):
+        charts["epoch_times.png"] = plots.plot_epoch_bars(records, fig=Figure())
+        lines += ["![Epoch times](epoch_times.png)", ""]
+    if flagged := unstable(records):
+        lines += [f"Timings that varied a lot between epochs (IQR over median above "
+                  f"{UNSTABLE_SPREAD:.0%}):", "", *flagged, ""]
+    return lines
+
+
+def matmul_section(records: list[dict], charts: dict) -> list[str]:
+    """Per column: crossover and table; then the time, GFLOP/s and speedup charts."""
+    from gpubench import plots  # noqa: PLC0415
+
+    matmul = [r for r in records if r["benchmark"] == "matmul"]
+    if not matmul:
+        return []
+    lines = ["## Matrix multiplication", ""]
+    for column in [c for c in columns(records) if any(r["_column"] == c for r in matmul)]:
+        col = [r for r in matmul if r["_column"] == column]
+        dtypes = sorted({_dtype(r) for r in col})
+        lines += [f"### {column}", ""]
+        for dtype in dtypes:
+            at = f" at {dtype}" if len(dtypes) > 1 else ""
+            lines += [f"Crossover{at} (rigorous): {crossover_text(col, 'rigorous', dtype)}; "
+                      f"(book's single timing): {crossover_text(col, 'book', dtype)}.", ""]
+        lines += [matmul_table(col), ""]
     charts["matmul_time.png"] = plots.plot_matmul(matmul, "seconds", _axes()).figure
     charts["matmul_gflops.png"] = plots.plot_matmul(matmul, "gflops", _axes()).figure
-    lines = ["![Time against matrix size](matmul_time.png)", "",
-             "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
-    ax = plots.plot_speedup(matmul, _axes())
-    if ax is not None:
+    lines += ["![Time against matrix size](matmul_time.png)", "",
+              "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
+    if (ax := plots.plot_speedup(matmul, _axes())) is not None:
         charts["matmul_speedup.png"] = ax.figure
         lines += ["![GPU speedup](matmul_speedup.png)", ""]
     return lines
@@ -450,62 +486,24 @@ def _charts_matmul(matmul: list[dict], charts: dict) -> list[str]:
 def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = None) -> Path:
     """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir).
 
-    Charts are drawn on their own matplotlib Figures: the caller's pyplot state and backend
-    are left alone.
+    Charts are drawn on Figures of the report's own: the caller's pyplot and backend are untouched.
     """
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
-    from gpubench import plots  # noqa: PLC0415
-
     if not run_dirs:
         raise ValueError("no run directory given; pass at least one, e.g. runs/20261202T1830Z")
     problems: list[str] = []
     records = load(run_dirs, problems)
     jobs = [row for d in run_dirs for row in failed_jobs(d, problems)]
-    cols = columns(records)
     charts: dict = {}
     lines = ["# gpubench report", "",
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
-             + f" · columns: {', '.join(cols) or 'none'}", ""]
+             + f" · columns: {', '.join(columns(records)) or 'none'}", ""]
     if not any(r["device"].startswith("gpu") for r in records):
         lines += [f"> {ADD_GPU_HINT}", ""]
     if any(r.get("data_source") == "synthetic" for r in records):
         lines += ["> **Synthetic data** was used where the table says so: the timings are "
                   "real, the accuracies are not comparable with the book's.", ""]
-
-    train = book_train(records)
-    if train:
-        lines += ["## Training: the book's table", "",
-                  "Total time is all epochs (the book's number, 15 epochs in the full profile); "
-                  "steady epoch is the median of epochs 2..n; epoch 1 includes tracing and "
-                  "compilation. Time saved and speedup compare each env with the CPU env of "
-                  "the same machine, in the mode each row shows.", "",
-                  md_table(TRAINING_HEADERS, training_rows(records)), ""]
-        lines += [line + "\n" for line in not_like_for_like(records)]
-        if ok_records(train, "train"):
-            charts["epoch_times.png"] = plots.plot_epoch_bars(records, fig=Figure())
-            lines += ["![Epoch times](epoch_times.png)", ""]
-    flagged = unstable(records)
-    if flagged:
-        lines += ["Timings that varied a lot between epochs (IQR over median above "
-                  f"{UNSTABLE_SPREAD:.0%}):", "", *flagged, ""]
-
-    matmul = [r for r in records if r["benchmark"] == "matmul"]
-    if matmul:
-        lines += ["## Matrix multiplication", ""]
-        for column in [c for c in cols if any(r["_column"] == c for r in matmul)]:
-            col = [r for r in matmul if r["_column"] == column]
-            dtypes = sorted({_dtype(r) for r in col})
-            lines += [f"### {column}", ""]
-            for dtype in dtypes:
-                at = f" at {dtype}" if len(dtypes) > 1 else ""
-                lines += [f"Crossover{at} (rigorous): {crossover_text(col, 'rigorous', dtype)}; "
-                          f"(book's single timing): {crossover_text(col, 'book', dtype)}.", ""]
-            lines += [matmul_table(col), ""]
-        lines += _charts_matmul(matmul, charts)
-
-    lines += factors_section(records, charts)
-    lines += scaling_section(records)
+    lines += training_section(records, charts) + matmul_section(records, charts)
+    lines += factors_section(records, charts) + scaling_section(records)
     lines += problems_section(records, jobs, problems)
     lines += ["## Environments", "",
               md_table(["machine · env", "CPU", "GPU", "TensorFlow", "Python", "commit", "data"],

@@ -474,7 +474,7 @@ def execute(job: Job, run_dir: Path, manifest: dict) -> None:
     finally:
         job.seconds = time.perf_counter() - start
         _Stop.kernels.clear()
-    if _Stop.reason is not None:
+    if _Stop.reason is not None and job.status != "ok":  # the interrupted cell failed it
         job.status, job.error = "interrupted", f"stopped by {_Stop.reason}"
 
 
@@ -499,7 +499,6 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             jobs = [Job(**j) for j in manifest["jobs"]]
         with _signals_stop_the_run():
             return _run_jobs(run_dir, manifest, jobs, resumed=bool(resume))
-    return 1  # unreachable: the with block returns
 
 
 def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> int:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpubench import checks, models, results
+from gpubench import checks, profiles, results
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
@@ -67,8 +67,9 @@ def check_params(params: dict) -> dict:
     Device names are checked against the machine later, by `local_devices`.
     """
     params = dict(params)
-    if params.get("model") not in models.MODELS:
-        raise ValueError(f"unknown model {params.get('model')!r}; use one of {', '.join(models.MODELS)}")
+    if params.get("model") not in profiles.CHOICES["model"]:
+        raise ValueError(f"unknown model {params.get('model')!r}; use one of "
+                         f"{', '.join(profiles.CHOICES['model'])}")
     names = params.get("devices")
     if isinstance(names, str):
         names = [names]
@@ -311,6 +312,8 @@ def train(strategy, model_name: str, split, *, batch: int, epochs: int, seed: in
     tf = _tf()
     import keras  # noqa: PLC0415 - loaded by _tf()
 
+    from gpubench import models  # noqa: PLC0415 - imports TensorFlow
+
     checks.positive_int("epochs", epochs)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
@@ -459,32 +462,38 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
 
 
 def table(records: Sequence[dict]) -> str:
-    """A plain-text table: replicas, workers, batches, samples/s, efficiency, accuracy."""
-    head = (f"{'strategy':<13}{'replicas':>9}{'workers':>8}{'global batch':>13}"
-            f"{'samples/s':>11}{'ideal':>9}{'efficiency':>11}{'test acc':>9}{'final loss':>11}")
+    """A Markdown table: replicas, workers, batches, samples/s against ideal, efficiency, accuracy."""
     base = next((r["samples_per_second"] for r in records if r["replicas"] == 1
                  and r["status"] == "ok"), None)
-    lines = [head, "-" * len(head)]
+    lines = ["| strategy | replicas | workers | global batch | samples/s | ideal samples/s "
+             "| efficiency | test accuracy | final loss |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in records:
         if r["status"] != "ok":
-            lines.append(f"{r['strategy']:<13}{r['replicas']:>9}  {r['status']}: {r['error']}")
+            lines.append(f"| {r['strategy']} | {r['replicas']} | {r['workers']} | "
+                         f"{r['global_batch_size']} | {r['status']}: {r['error']} | | | | |")
             continue
         ideal = f"{base * r['replicas']:,.0f}" if base else "n/a"
         eff = f"{r['scaling_efficiency']:.2f}" if r["scaling_efficiency"] is not None else "n/a"
-        lines.append(f"{r['strategy']:<13}{r['replicas']:>9}{r['workers']:>8}"
-                     f"{r['global_batch_size']:>13}{r['samples_per_second']:>11,.0f}{ideal:>9}"
-                     f"{eff:>11}{r['test_accuracy']:>9.4f}{r['final_loss']:>11.4f}")
+        lines.append(f"| {r['strategy']} | {r['replicas']} | {r['workers']} | "
+                     f"{r['global_batch_size']} | {r['samples_per_second']:,.0f} | {ideal} | "
+                     f"{eff} | {r['test_accuracy']:.4f} | {r['final_loss']:.4f} |")
     return "\n".join(lines)
 
 
-def plot(records: Sequence[dict]):
-    """Samples/s and efficiency against replicas, each with its ideal line (a Figure)."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
+def plot(records: Sequence[dict], fig=None):
+    """Samples/s and efficiency against replicas, each with its ideal line, on `fig` (a Figure).
 
+    Given no figure, it makes a pyplot one, so that a chapter shows it inline.
+    """
+    if fig is None:
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - only for a caller without a figure
+
+        fig = plt.figure()
+    fig.set_size_inches(10, 4)
+    fig.set_layout_engine("constrained")
     ok = [r for r in records if r["status"] == "ok"]
     reps = [r["replicas"] for r in ok]
     base = next((r["samples_per_second"] for r in ok if r["replicas"] == 1), None)
-    fig = Figure(figsize=(10, 4), layout="constrained")
     speed, eff = fig.subplots(1, 2)
     speed.plot(reps, [r["samples_per_second"] for r in ok], "o-", label="measured")
     if base:
@@ -518,15 +527,15 @@ def reading(records: Sequence[dict]) -> str:
     lines.append(
         f"From {first['replicas']} to {last['replicas']} replicas, throughput went from "
         f"{first['samples_per_second']:,.0f} to {last['samples_per_second']:,.0f} images/s: "
-        f"efficiency {last['scaling_efficiency']:.2f} of linear.")
+        f"efficiency {last['scaling_efficiency']:.1%} of linear.")
     drop = next((r for r in ok if r["scaling_efficiency"] < 0.9), None)
     if drop is None:
-        lines.append("Efficiency stays at 0.9 or above throughout: the work per step hides the "
+        lines.append("Efficiency stays at 90% or above throughout: the work per step hides the "
                      f"all-reduce ({last['all_reduce']}).")
     else:
         lines.append(
-            f"Efficiency first falls below 0.9 at {drop['replicas']} replicas "
-            f"({drop['scaling_efficiency']:.2f}). Each step then spends a visible share of its "
+            f"Efficiency first falls below 90% at {drop['replicas']} replicas "
+            f"({drop['scaling_efficiency']:.1%}). Each step then spends a visible share of its "
             f"time synchronising gradients ({drop['all_reduce']}) or waiting for input; larger "
             "per-replica batches (weak scaling), a bigger model per step or faster links between "
             "devices raise it.")
@@ -543,8 +552,6 @@ def reading(records: Sequence[dict]) -> str:
 
 def cli_params(profile: str | None) -> dict:
     """Multi_GPU_Scaling's parameters in `profile`, as `gpubench scaling` uses them."""
-    from gpubench import profiles  # noqa: PLC0415
-
     return check_params(profiles.resolve(NOTEBOOK, profile=profile)[0])
 
 

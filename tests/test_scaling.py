@@ -1,0 +1,281 @@
+"""Data-parallel training (issue 10): the shared step, the chapter, `gpubench scaling`, bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import numpy as np
+import pytest
+
+from conftest import NOTEBOOKS, REPO, python_env
+from gpubench import results, scaling
+
+CLI = [sys.executable, "-m", "gpubench", "scaling"]
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+
+
+# ---------------------------------------------------------------- rules without TensorFlow
+
+
+@pytest.mark.parametrize(("env_is_gpu", "gpus", "profile", "by_name", "expected"), [
+    (True, 2, "full", False, {}),
+    (True, 4, "quick", False, {}),
+    (False, 0, "quick", False, {"virtual_devices": 2}),
+    (False, 0, "full", False, None),
+    (False, 0, "full", True, {"virtual_devices": 2}),
+    (True, 1, "full", False, None),
+    (True, 1, "quick", False, None),
+    (True, 1, "full", True, {"virtual_devices": 2}),
+])
+def test_include_in_run(env_is_gpu, gpus, profile, by_name, expected):
+    assert scaling.include_in_run(env_is_gpu, gpus, profile, by_name) == expected
+
+
+GOOD = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_batch_size": 100,
+        "scaling": "weak", "epochs": 3, "max_train_samples": None, "virtual_devices": None}
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"replicas": [1, 0]}, "replicas"), ({"replicas": 0}, "replicas"), ({"replicas": []}, "replicas"),
+    ({"scaling": "linear"}, "linear"), ({"model": "resnet"}, "resnet"),
+    ({"per_replica_batch_size": 0}, "per_replica_batch_size"), ({"epochs": 1.5}, "epochs"),
+    ({"virtual_devices": 0}, "virtual_devices"), ({"devices": []}, "devices"),
+])
+def test_check_params_names_the_bad_value(change, named):
+    with pytest.raises(ValueError, match=named):
+        scaling.check_params({**GOOD, **change})
+
+
+def test_check_params_normalises_lists():
+    checked = scaling.check_params({**GOOD, "replicas": 2, "devices": "gpu:0"})
+    assert checked["replicas"] == [2] and checked["devices"] == ["gpu:0"]
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", "host:port",
+                                  "127.0.0.1:5000,", "127.0.0.1:5000,127.0.0.1:5000", ":5000"])
+def test_parse_cluster_refuses_malformed_lists(text):
+    with pytest.raises(ValueError, match="--cluster"):
+        scaling.parse_cluster(text)
+
+
+def test_parse_cluster_and_index():
+    assert scaling.parse_cluster("10.0.0.1:2222, node-b:2222") == ["10.0.0.1:2222", "node-b:2222"]
+    assert scaling.check_index(1, 2) == 1
+    for bad in (2, -1):
+        with pytest.raises(ValueError, match=f"--index {bad} is out of range .* 0 to 1"):
+            scaling.check_index(bad, 2)
+
+
+def test_global_batch_weak_and_strong():
+    assert scaling.global_batch("weak", 100, 4) == (400, 100)
+    assert scaling.global_batch("strong", 100, 4) == (100, 25)
+    assert scaling.global_batch("strong", 100, 3) == (99, 33)
+    with pytest.raises(ValueError, match="less than one image"):
+        scaling.global_batch("strong", 2, 4)
+
+
+# ---------------------------------------------------------------- the step, in this process
+
+
+def _split(n_train: int = 300):
+    from gpubench import data, training
+
+    return training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+                                                   max_train_samples=n_train, verbose=False))
+
+
+def test_one_replica_step_matches_a_plain_single_device_step():
+    """The distributed step computes what a plain GradientTape step computes."""
+    import keras
+    import tensorflow as tf
+
+    from gpubench import models
+
+    split = _split(330)  # 300 training images after the validation hold-out: 3 batches of 100
+    strategy, all_reduce = scaling.mirrored(["/CPU:0"])
+    measured = scaling.train(strategy, "mlp_h1000", split, batch=100, epochs=2, seed=7,
+                             shuffle=False, verbose=False)
+    assert measured.steps == 3 and all_reduce == "none (one replica)"
+
+    keras.utils.set_random_seed(7)
+    model = models.build("mlp_h1000")
+    plain = []
+    for _ in range(2):
+        losses = []
+        for start in range(0, 300, 100):
+            x, y = split.x_train[start:start + 100], split.y_train[start:start + 100]
+            with tf.GradientTape() as tape:
+                loss = model.loss(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            losses.append(float(loss))
+        plain.append(np.mean(losses))
+    assert plain[1] < plain[0]  # it trains
+    np.testing.assert_allclose(measured.epoch_losses, plain, rtol=1e-5)
+
+
+def test_sweep_refuses_bad_devices_and_replica_counts():
+    from gpubench import devices
+
+    data = None  # not reached: every call below fails before training
+    with pytest.raises(ValueError, match="replicas 2 is more than the 1 device"):
+        scaling.sweep("mlp_h1000", data, replicas=[1, 2])
+    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+        scaling.sweep("mlp_h1000", data, replicas=[0])
+    with pytest.raises(devices.DeviceError, match="cpu:3"):
+        scaling.sweep("mlp_h1000", data, devices=["cpu:3"])
+    with pytest.raises(devices.DeviceError, match="tpu:0"):
+        scaling.sweep("mlp_h1000", data, devices=["tpu:0"])
+
+
+def test_a_gpu_asked_for_and_not_there_raises_the_guard(fake_machine):
+    from gpubench import devices
+
+    fake_machine(gpus=0)
+    with pytest.raises(devices.GPUNotAvailableError):
+        scaling.local_devices(["gpu:0", "gpu:1"])
+
+
+def test_reading_says_where_efficiency_drops():
+    def rec(replicas, sps, eff, acc):
+        return {"status": "ok", "replicas": replicas, "samples_per_second": sps,
+                "scaling_efficiency": eff, "test_accuracy": acc, "global_batch_size": 100 * replicas,
+                "all_reduce": "NCCL", "virtual_devices": None, "strategy": "mirrored",
+                "workers": 1, "final_loss": 0.1}
+
+    records = [rec(1, 1000, 1.0, 0.97), rec(2, 1900, 0.95, 0.96), rec(4, 3000, 0.75, 0.95)]
+    text = scaling.reading(records)
+    assert "below 90% at 4 replicas (75.0%)" in text and "virtual" not in text
+    assert "| mirrored | 4 | 1 | 400 | 3,000 | 4,000 | 0.75 | 0.9500 |" in scaling.table(records)
+
+
+# ---------------------------------------------------------------- the chapter
+
+
+@pytest.mark.slow
+def test_chapter_with_two_virtual_devices_records_replicas_1_and_2(tmp_path, cpu_kernel):
+    out, results_path = tmp_path / "out.ipynb", tmp_path / "results.jsonl"
+    cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "Multi_GPU_Scaling.ipynb"), str(out),
+           "-k", cpu_kernel, "-p", "profile", "quick", "-p", "virtual_devices", "2",
+           "-p", "max_train_samples", "2000", "-p", "data_source", "synthetic",
+           "-p", "results_path", str(results_path)]
+    proc = subprocess.run(cmd, cwd=NOTEBOOKS, capture_output=True, text=True, timeout=600,
+                          env=python_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = results.read_records(results_path)
+    assert sorted(r["replicas"] for r in records) == [1, 2]
+    for record in records:
+        results.validate(record)
+        assert record["benchmark"] == "scaling" and record["status"] == "ok"
+        for name in results.SCALING_FIELDS + results.EXTRA_FIELDS["scaling"]:
+            assert record[name] is not None, name
+        assert record["strategy"] == "mirrored" and record["workers"] == 1
+        assert record["virtual_devices"] == 2 and record["scaling"] == "weak"
+        assert record["per_replica_batch_size"] == 100
+        assert record["global_batch_size"] == 100 * record["replicas"]
+        assert len(record["epoch_seconds"]) == record["epochs"] == 3
+    one, two = sorted(records, key=lambda r: r["replicas"])
+    assert one["scaling_efficiency"] == 1.0 and one["devices"] == ["cpu:0"]
+    assert two["devices"] == ["cpu:0", "cpu:1"]
+    assert two["scaling_efficiency"] == pytest.approx(
+        two["samples_per_second"] / (2 * one["samples_per_second"]))
+    nb = nbformat.read(out, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    assert "mechanics of data-parallel training, not scaling" in text
+    assert "not how the machine scales" in shown and "| mirrored | 2 | 1 | 200 |" in shown
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the chart is missing"
+
+
+# ---------------------------------------------------------------- gpubench scaling
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_in_sync_and_worker_0_writes_the_records(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _cli("--local-workers", "2", "--profile", "quick", "--out", str(run_dir), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    losses = dict(re.findall(r"^\[worker (\d)\] final_loss (\S+)$", proc.stdout, re.M))
+    assert set(losses) == {"0", "1"} and losses["0"] == losses["1"]
+    records = results.read_records(run_dir)
+    multi = [r for r in records if r["strategy"] == "multi_worker"]
+    assert len(multi) == 1 and len(records) == 2
+    (record,) = multi
+    results.validate(record)
+    assert record["status"] == "ok" and record["workers"] == 2 and record["replicas"] == 2
+    assert record["all_reduce"].startswith("ring") and record["global_batch_size"] == 200
+    assert record["final_loss"] == float(losses["0"])
+    assert record["scaling_efficiency"] is not None and record["scaling_efficiency"] > 0
+    report = subprocess.run([sys.executable, "-m", "gpubench", "report", str(run_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env=python_env())
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "## Scaling" in (run_dir / "report.md").read_text()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_the_run_quickly_and_leaves_no_process(tmp_path):
+    proc = subprocess.Popen([*CLI, "--local-workers", "2", "--profile", "quick",
+                             "--out", str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+    pids = {}
+    try:
+        while len(pids) < 2:
+            match = re.match(r"worker (\d): pid (\d+)", proc.stdout.readline())
+            if match:
+                pids[int(match.group(1))] = int(match.group(2))
+        os.kill(pids[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-2000:]
+    assert time.monotonic() - killed_at < 30
+    assert re.search(r"worker 1 \(pid \d+\) was killed by signal 9; its last output line: ", stderr)
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in pids.values()), f"a worker outlived the run: {pids}"
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--local-workers", "2", "--replicas", "0"], "--replicas must be a positive integer"),
+    (["--local-workers", "0"], "--local-workers must be a positive integer"),
+    (["--cluster", "127.0.0.1", "--index", "0"], "malformed --cluster entry '127.0.0.1'"),
+    (["--cluster", "127.0.0.1:1,127.0.0.1:x", "--index", "0"], "malformed --cluster entry"),
+    (["--cluster", "127.0.0.1:12345,127.0.0.1:12346", "--index", "2"], "--index 2 is out of range"),
+    (["--cluster", "127.0.0.1:12345"], "--cluster needs --index"),
+])
+def test_bad_input_exits_2_naming_it(args, named):
+    proc = _cli(*args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert named in proc.stderr
+
+
+@pytest.mark.slow
+def test_replicas_above_the_devices_exits_2(tmp_path):
+    proc = _cli("--local-workers", "2", "--replicas", "2", "--profile", "quick",
+                "--out", str(tmp_path / "run"), timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--replicas 2 is more than the 1 device(s) of this worker" in proc.stdout + proc.stderr

@@ -58,10 +58,9 @@ def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: st
                 marker="o", linestyle="-" if method == "rigorous" else "--", label=label)
     if book and metric == "seconds":
         _book_line(ax)
-    ax.set_xlabel("matrix size n (n x n)")
-    ax.set_ylabel("seconds per product" if metric == "seconds" else "GFLOP/s")
-    ax.set_title(title or ("Matrix multiplication time" if metric == "seconds"
-                           else "Matrix multiplication throughput"))
+    ax.set(xlabel="matrix size n (n x n)",
+           ylabel="seconds per product" if metric == "seconds" else "GFLOP/s",
+           title=title or f"Matrix multiplication {'time' if index == 1 else 'throughput'}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax
@@ -88,9 +87,8 @@ def plot_speedup(records: list[dict], ax=None):
             ax.annotate(f"crossover {size}", (size, 1), textcoords="offset points",
                         xytext=(4, 8), fontsize="small")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("matrix size n (n x n)")
-    ax.set_ylabel("speedup (CPU time / GPU time)")
-    ax.set_title("GPU speedup over CPU (above 1: GPU faster)")
+    ax.set(xlabel="matrix size n (n x n)", ylabel="speedup (CPU time / GPU time)",
+           title="GPU speedup over CPU (above 1: GPU faster)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return ax
@@ -118,8 +116,7 @@ def plot_epoch_bars(records: list[dict], fig=None):
             ax.annotate(report.fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
                         fontsize="small")
         ax.set_xticks(x, cols, rotation=15, fontsize="small")
-        ax.set_title(report.MODEL_TITLES.get(model, model))
-        ax.set_ylabel("seconds per epoch")
+        ax.set(title=report.MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
@@ -139,17 +136,15 @@ def plot_history(history: dict, epoch_seconds: list[float] | None = None, fig=No
         ax.plot(epochs, history.get(metric, []), marker="o", label="train")
         if f"val_{metric}" in history:
             ax.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
-        ax.set_xlabel("epoch")
-        ax.set_title(metric)
+        ax.set(xlabel="epoch", title=metric)
         ax.grid(True, alpha=0.3)
         ax.legend()
     if epoch_seconds:
         ax = axes[2]
         ax.bar(range(1, len(epoch_seconds) + 1), epoch_seconds,
                color=["tab:orange"] + ["tab:blue"] * (len(epoch_seconds) - 1))
-        ax.set_xlabel("epoch (orange: epoch 1, includes tracing)")
-        ax.set_ylabel("seconds")
-        ax.set_title("time per epoch")
+        ax.set(xlabel="epoch (orange: epoch 1, includes tracing)", ylabel="seconds",
+               title="time per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -169,8 +164,7 @@ def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
                     color="white" if matrix[i][j] > matrix.max() / 2 else "black")
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
     ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
+    ax.set(xlabel="predicted", ylabel="true")
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     return fig
@@ -196,7 +190,7 @@ def plot_factors(effects: list[dict], ax=None):
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("x the baseline's speed (log scale; grey: no clear effect)")
-    ax.set_title("Speed factors")
+    ax.set(xlabel="x the baseline's speed (log scale; grey: no clear effect)",
+           title="Speed factors")
     ax.grid(True, axis="x", alpha=0.3)
     return ax

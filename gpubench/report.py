@@ -64,7 +64,7 @@ def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[st
     try:
         jobs = json.loads(path.read_text(encoding="utf-8"))["jobs"]
         rows = [[Path(run_dir).name, job["env"], job["notebook"], job["status"],
-                 (job.get("error") or "").strip().split("\n")[0]]
+                 first_line(job.get("error"))]
                 for job in jobs if job["status"] != "ok"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         message = f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not shown"
@@ -132,6 +132,11 @@ def fmt_seconds(value: float | None) -> str:
 def fmt(value, spec: str) -> str:
     """`value` formatted with `spec`, or "–" when it is missing."""
     return "–" if value is None else format(value, spec)
+
+
+def first_line(text: str | None) -> str:
+    """The first line of an error message ("" for none)."""
+    return (text or "").strip().partition("\n")[0]
 
 
 def md_table(headers: list[str], rows: list[list]) -> str:
@@ -377,7 +382,7 @@ def environment_rows(records: list[dict]) -> list[list]:
     for column in columns(records):
         recs = [r for r in records if r["_column"] == column]
         env = recs[-1]["environment"]
-        gpus = "; ".join(f"{g['name']} ({g['memory_gb']} GB)" for g in env["gpus"]) or "none"
+        gpus = "; ".join(f"{g['name']} ({g['memory_gb']} GB)" for g in env["gpus"] or []) or "none"
         build = (f"CUDA {env['cuda_version']}, cuDNN {env['cudnn_version']}"
                  if env["cuda_build"] else "CPU-only build")
         data = sorted({f"{r['dataset']}: {r['data_source']}" for r in recs
@@ -398,7 +403,7 @@ def problems_section(records: list[dict], jobs: list[list[str]], problems: list[
     bad = [r for r in records if r["status"] != "ok"]
     if bad:
         lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
-                  f"{(r.get('error') or '').strip().split(chr(10))[0]}".rstrip() for r in bad]
+                  f"{first_line(r.get('error'))}".rstrip() for r in bad]
         lines += [""]
     if problems:
         lines += ["Lines skipped while reading results:", ""]
@@ -590,15 +595,3 @@ def book_vs_rigorous(records: list[dict]) -> str:
                         f"{crossover_text(records, method, dtype)}.")
     return "\n".join(text)
 
-
-_MOVED_TO_PLOTS = ("plot_matmul", "plot_speedup", "plot_history", "plot_confusion",
-                   "plot_epoch_bars")
-
-
-def __getattr__(name: str):
-    """`report.plot_*` still works while the chapters move to `gpubench.plots`."""
-    if name in _MOVED_TO_PLOTS:
-        from gpubench import plots  # noqa: PLC0415
-
-        return getattr(plots, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

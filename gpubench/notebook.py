@@ -82,10 +82,7 @@ def _one_of(name: str, value, kind: str) -> str:
 def _device(value) -> str:
     from gpubench import devices  # noqa: PLC0415 - stdlib at import; TensorFlow stays unloaded
 
-    if not isinstance(value, str) or not (value.strip().lower() == "auto"
-                                          or devices._PATTERN.match(value.strip())):
-        raise ValueError(f"unknown device {value!r}; use one of {devices.ACCEPTED}")
-    return value.strip()
+    return devices.check_name(value)
 
 
 def check_value(name: str, value):

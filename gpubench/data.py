@@ -1,15 +1,10 @@
-"""Datasets for the training benchmark: MNIST, Fashion-MNIST and CIFAR-10, real or synthetic.
+"""MNIST, Fashion-MNIST and CIFAR-10 for the training benchmark: real, or synthetic and labelled.
 
-`load(name, source)` returns a `Dataset` of uint8 images and int64 labels from one of:
-
-- "keras": the Keras dataset cache, filled and hash-checked by `keras.utils.get_file`
-  (the same files and names as `keras.datasets.*.load_data`).
-- "dir": the official files in a local folder (IDX files raw or gzipped, mnist.npz,
-  the CIFAR-10 python batches or their cifar-10-python.tar.gz).
-- "synthetic": seeded, learnable, labelled images of the right shape.
-- "auto": keras, then dir (when data_dir is given), then synthetic with a warning.
-
-Keras (and TensorFlow) load only when the "keras" source is tried.
+`load(name, source)` returns a `Dataset` of uint8 images and int64 labels from "keras" (the
+Keras cache, filled and hash-checked by `keras.utils.get_file`, with the files and names of
+`keras.datasets.*.load_data`), "dir" (the official files in a folder: IDX raw or gzipped,
+mnist.npz, CIFAR-10's python batches or cifar-10-python.tar.gz), "synthetic", or "auto" (keras,
+then dir when data_dir is given, then synthetic with a warning). Keras loads only for "keras".
 """
 
 from __future__ import annotations
@@ -44,34 +39,25 @@ DOWNLOAD_TIMEOUT = 30.0  # seconds without a byte before a download gives up
 # The four IDX files in the order x_train, y_train, x_test, y_test.
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
              "t10k-labels-idx1-ubyte")
+IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
 CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
-CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
-CIFAR10_FOLDER = "cifar-10-batches-py"
+CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py"
 # Sub-folders of data_dir searched for each dataset (data_dir itself comes first).
-DIR_SUBFOLDERS = {
-    "mnist": ("mnist", "MNIST"),
-    "fashion_mnist": ("fashion-mnist", "fashion_mnist", "FashionMNIST"),
-    "cifar10": ("cifar10", "cifar-10"),
-}
+DIR_SUBFOLDERS = {"mnist": ("mnist", "MNIST"), "cifar10": ("cifar10", "cifar-10"),
+                  "fashion_mnist": ("fashion-mnist", "fashion_mnist", "FashionMNIST")}
 
 IMAGE_SHAPES = {"mnist": (28, 28), "fashion_mnist": (28, 28), "cifar10": (32, 32, 3)}
-SYNTHETIC_SIZES = {"mnist": (60_000, 10_000), "fashion_mnist": (60_000, 10_000),
-                   "cifar10": (50_000, 10_000)}  # (train, test), as in the real datasets
+SYNTHETIC_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}  # train; test: 10,000
 NUM_CLASSES = 10
 CLASS_NAMES = {
     "mnist": [str(digit) for digit in range(10)],
     "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                       "Sneaker", "Bag", "Ankle boot"],
-    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-                "truck"],
+    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
 }
-
-IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
-# Synthetic images: a class prototype (random grey levels on blocks of BLOCK x BLOCK
-# pixels, +-CONTRAST/2) blended with up to MIX of another class's prototype, plus
-# uniform per-pixel noise of standard deviation NOISE. Blocks give the classes shapes
-# that convolutions and pooling keep, so every book model learns them in the quick
-# profile (see tests/test_data.py), while one image per class is still too noisy.
+# Synthetic images: a class prototype (grey levels on block x block pixels, +-contrast/2) blended
+# with up to `mix` of another class's, plus uniform noise (std `noise`). Blocks survive convolution
+# and pooling, so every book model learns the classes in the quick profile (tests/test_data.py).
 _SYNTHETIC = {"contrast": 60.0, "noise": 80.0, "mix": 0.3, "block": 4, "chunk": 2000}
 
 
@@ -107,18 +93,11 @@ class Dataset:
         if self.synthetic:
             return f"SYNTHETIC DATA, not the real {self.name} dataset: {counts} from {self.origin}"
         where = {"keras": "keras cache", "dir": "directory"}[self.source]
-        return f"{self.name} from {where} {self.origin}: {counts}"
+        return f"{self.name} from {where} {_shown(self.origin)}: {counts}"
 
 
-def load(
-    name: str,
-    source: str | None = "auto",
-    data_dir: str | os.PathLike | None = None,
-    max_train_samples: int | None = None,
-    *,
-    seed: int = 0,
-    verbose: bool = True,
-) -> Dataset:
+def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | None = None,
+         max_train_samples: int | None = None, *, seed: int = 0, verbose: bool = True) -> Dataset:
     """Load dataset `name` from `source` ("auto", "keras", "dir" or "synthetic")."""
     name, source = check_name(name), check_source(source)
     positive_int("max_train_samples", max_train_samples, allow_none=True)
@@ -126,24 +105,31 @@ def load(
     if source == "dir" and data_dir is None:
         raise ValueError('source="dir" needs a data directory: pass data_dir=... '
                          "(or set GPUBENCH_DATA_DIR when using the command line)")
-    tried = ("keras", "dir", "synthetic") if source == "auto" else (source,)
-    reasons, broken = [], False  # broken: a present but unusable file, shown even if a later source works
-    for candidate in tried:
-        if candidate == "dir" and data_dir is None:
-            reasons.append("dir: not tried (no data_dir given)")
-            continue
+    reasons = []
+    for candidate in ("keras", "dir", "synthetic") if source == "auto" else (source,):
         try:
-            dataset = _load_source(name, candidate, data_dir, max_train_samples, seed)
+            if candidate == "synthetic":
+                origin, arrays = _synthetic(name, max_train_samples, seed)
+            elif candidate == "keras":
+                origin, arrays = _load_keras(name)
+            elif data_dir is None:
+                reasons.append("dir: not tried (no data_dir given)")
+                continue
+            else:
+                origin, arrays = _load_dir(name, Path(data_dir).expanduser())
         except (DataUnavailable, DataError) as exc:
             if source != "auto":
                 raise
             reasons.append(f"{candidate}: {exc}")
-            broken = broken or isinstance(exc, DataError)
             continue
-        dataset.note = "; ".join(reasons) or None
+        x_train, y_train, x_test, y_test = arrays
+        if max_train_samples is not None:  # a copy, so the full arrays are freed
+            x_train, y_train = x_train[:max_train_samples].copy(), y_train[:max_train_samples].copy()
+        dataset = Dataset(name, candidate, str(origin), x_train, y_train, x_test, y_test,
+                          "; ".join(reasons) or None)
         break
     if verbose:
-        _announce(dataset, broken)
+        _announce(dataset)
     return dataset
 
 
@@ -156,76 +142,57 @@ def check_name(name: object) -> str:
 
 def check_source(source: object) -> str:
     """The canonical data source (None -> "auto"), or a ValueError naming it."""
-    if source is None:
-        return "auto"
-    if isinstance(source, str) and source.strip().lower() in SOURCES:
-        return source.strip().lower()
+    text = "auto" if source is None else source.strip().lower() if isinstance(source, str) else None
+    if text in SOURCES:
+        return text
     raise ValueError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)} (or None for auto)")
 
 
-def _announce(dataset: Dataset, broken: bool) -> None:
-    """Print where the data came from; synthetic data also gets a warning box in Jupyter."""
-    if dataset.synthetic:
-        _markdown_box(dataset)
-    if dataset.note and (dataset.synthetic or broken):
+def _announce(dataset: Dataset) -> None:
+    """Print where the data came from and why; in a Jupyter kernel, synthetic data gets a warning box."""
+    ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
+    if dataset.synthetic and getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
+        from IPython.display import Markdown, display  # noqa: PLC0415
+
+        why = _shown(dataset.note or 'source="synthetic" was asked for')
+        display(Markdown(f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
+                         "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
+                         f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
+                         "pass `data_dir` a folder holding the official files."))
+    if dataset.note:
         what = "SYNTHETIC DATA, not the real dataset" if dataset.synthetic else f"the {dataset.source} source"
-        print(f"WARNING: {dataset.name}: using {what}, because {dataset.note}")
+        print(f"WARNING: {dataset.name}: using {what}, because {_shown(dataset.note)}")
     print(f"Data: {dataset.describe()}")
 
 
-def _markdown_box(dataset: Dataset) -> None:
-    """In a Jupyter kernel, show the synthetic-data warning as a Markdown quote box."""
-    ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
-    shell = ipython.get_ipython() if ipython else None
-    if getattr(shell, "kernel", None) is None:
-        return
-    from IPython.display import Markdown, display  # noqa: PLC0415
-
-    why = dataset.note or 'source="synthetic" was asked for'
-    display(Markdown(
-        f"> **⚠ Synthetic data** — these are generated images, not the real {dataset.name}: "
-        "timings are valid, accuracy says nothing about the real dataset.\n>\n"
-        f"> Why: {why}.\n>\n"
-        "> For the real data: go online once (Keras caches the files), or pass `data_dir` "
-        "a folder holding the official files."
-    ))
+def _shown(text: str) -> str:
+    """`text` with the home folder written as ~, so notebook outputs carry no user's path."""
+    return text.replace(str(Path.home()) + os.sep, "~" + os.sep)
 
 
-def _load_source(name: str, source: str, data_dir, max_train_samples: int | None, seed: int) -> Dataset:
-    if source == "synthetic":
-        return _load_synthetic(name, max_train_samples, seed)
-    origin, arrays = _load_keras(name) if source == "keras" else _load_dir(name, Path(data_dir).expanduser())
-    x_train, y_train, x_test, y_test = arrays
-    if max_train_samples is not None:  # a copy, so the full arrays are freed
-        x_train, y_train = x_train[:max_train_samples].copy(), y_train[:max_train_samples].copy()
-    return Dataset(name, source, str(origin), x_train, y_train, x_test, y_test)
-
-
-def _checked(x: np.ndarray, y: np.ndarray, x_file: object, y_file: object, shape: tuple) -> tuple:
-    """Images and int64 labels, once their shape, count and values are right; errors name the file."""
-    if x.dtype != np.uint8 or x.shape[1:] != shape:
-        raise DataError(f"{x_file} holds {'x'.join(map(str, x.shape[1:]))} {x.dtype} images, expected "
-                        f"{'x'.join(map(str, shape))} uint8; use the real files")
-    if y.shape != (len(x),):
-        raise DataError(f"{x_file} has {len(x):,} images but {y_file} has {y.size:,} labels; they must "
-                        "come from the same release: re-download both")
-    bad = np.flatnonzero((y < 0) | (y >= NUM_CLASSES)) if np.issubdtype(y.dtype, np.integer) else [0]
-    if len(bad):
-        raise DataError(f"{y_file}: label {y[bad[0]]} at index {bad[0]} is not an integer 0..9 "
-                        f"({len(bad)} bad labels); the file is corrupt: re-download it")
-    return x, y.astype(np.int64)
-
-
-# ---------------------------------------------------------------- keras cache and download
+def _checked(arrays: tuple, files: tuple, shape: tuple) -> tuple:
+    """(images, labels, ...) pairs, labels as int64, once shapes, counts and values are right."""
+    out = []
+    for x, y, x_file, y_file in zip(arrays[::2], arrays[1::2], files[::2], files[1::2]):
+        if x.dtype != np.uint8 or x.shape[1:] != shape:
+            raise DataError(f"{x_file} holds {'x'.join(map(str, x.shape[1:]))} {x.dtype} images, "
+                            f"expected {'x'.join(map(str, shape))} uint8; use the real files")
+        if y.shape != (len(x),):
+            raise DataError(f"{x_file} has {len(x):,} images but {y_file} has {y.size:,} labels; they "
+                            "must come from the same release: re-download both")
+        bad = np.flatnonzero((y < 0) | (y >= NUM_CLASSES)) if np.issubdtype(y.dtype, np.integer) else [0]
+        if len(bad):
+            raise DataError(f"{y_file}: label {y[bad[0]]} at index {bad[0]} is not an integer 0..9 "
+                            f"({len(bad)} bad labels); the file is corrupt: re-download it")
+        out += [x, y.astype(np.int64)]
+    return tuple(out)
 
 
 def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "datasets") -> Path:
     """The cached file `fname`, downloaded (and hash-checked) by keras.utils.get_file if needed."""
     from gpubench._tf import tensorflow  # noqa: PLC0415 - Keras loads with TensorFlow, quietly
 
-    tensorflow()
-    import keras  # noqa: PLC0415
-
+    keras = tensorflow().keras  # Keras 3
     # Keras reads KERAS_HOME once, at import; read it per call so the cache follows it.
     cache = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
     target = cache / subdir / fname
@@ -238,12 +205,11 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
     except Exception as exc:  # get_file wraps URL and HTTP errors in a bare Exception
         if isinstance(exc, ValueError) and "hash" in str(exc):  # its check after a download
             target.unlink(missing_ok=True)
-            raise DataError(f"{url} downloaded into {target} does not have the sha256 {sha256}: it "
-                            "was corrupted or changed and is deleted: try again, or put a good copy "
+            raise DataError(f"{url} downloaded into {target} does not have the sha256 {sha256}: it was "
+                            "corrupted or changed and is deleted: try again, or put a good copy "
                             "there") from exc
-        raise DataUnavailable(f"cannot download {url} into {target.parent} ({exc}); if offline, "
-                              'copy the files into a folder and use source="dir", or use '
-                              'source="synthetic"') from exc
+        raise DataUnavailable(f"cannot download {url} into {target.parent} ({exc}); if offline, copy the "
+                              'files into a folder and use source="dir", or use source="synthetic"') from exc
     finally:
         socket.setdefaulttimeout(saved)
 
@@ -262,9 +228,6 @@ def _load_keras(name: str) -> tuple[Path, tuple]:
     return archive, _read_cifar(archive)
 
 
-# ---------------------------------------------------------------- local directory
-
-
 def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
     """(origin, arrays) from the first of data_dir and its DIR_SUBFOLDERS that holds the files."""
     if not data_dir.is_dir():
@@ -277,7 +240,8 @@ def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
                 if path.is_file() or (path / "data_batch_1").is_file() or (path / "test_batch").is_file():
                     return path, _read_cifar(path)
             continue
-        found = [_find_idx(folder, base) for base in IDX_FILES]
+        found = [next((folder / f for f in (base, f"{base}.gz") if (folder / f).is_file()), None)
+                 for base in IDX_FILES]
         if None not in found:
             return folder, _read_idx_set(found)
         if name == "mnist" and (folder / "mnist.npz").is_file():
@@ -285,42 +249,28 @@ def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
         missing = min(missing, [base for base, path in zip(IDX_FILES, found) if path is None], key=len)
     searched = ", ".join(map(str, folders))
     if name == "cifar10":
-        raise DataError(f"cifar10 files not found: no {CIFAR10_FOLDER}/, data_batch_1 or {CIFAR10_ARCHIVE} "
-                        f"in {searched}. Expected layout: <data_dir>[/cifar10]/{CIFAR10_FOLDER}/ holding "
-                        f"{', '.join(CIFAR10_BATCHES)}, or those in <data_dir> itself, or "
-                        f"<data_dir>/{CIFAR10_ARCHIVE}")
+        raise DataError(f"cifar10 files not found in {searched}. Expected layout: <data_dir>[/cifar10]/"
+                        f"{CIFAR10_FOLDER}/ holding {', '.join(CIFAR10_BATCHES)}, or those in "
+                        f"<data_dir> itself, or <data_dir>/{CIFAR10_ARCHIVE}")
     npz = " (or mnist.npz)" if name == "mnist" else ""
     raise DataError(f"{name} files not found: missing {', '.join(missing)} (raw or .gz); searched "
                     f"{searched}. Expected layout: <data_dir>[/{DIR_SUBFOLDERS[name][0]}]/ holding "
                     f"{', '.join(IDX_FILES)}, each raw or gzipped{npz}")
 
 
-def _find_idx(folder: Path, base: str) -> Path | None:
-    dotted = base.replace("-idx", ".idx")  # train-images.idx3-ubyte, as some mirrors name them
-    return next((folder / c for c in (base, f"{base}.gz", dotted, f"{dotted}.gz")
-                 if (folder / c).is_file()), None)
-
-
 def _read_mnist_npz(path: Path) -> tuple:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            x_train, y_train, x_test, y_test = (npz[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-    except KeyError as exc:
-        raise DataError(f"{path} lacks the array {exc}; expected x_train, y_train, x_test, y_test") from exc
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise DataError(f"{path} is not a readable .npz file ({exc}); re-download it") from exc
-    return (*_checked(x_train, y_train, path, path, (28, 28)),
-            *_checked(x_test, y_test, path, path, (28, 28)))
-
-
-# ---------------------------------------------------------------- IDX format
+            arrays = tuple(npz[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+    except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DataError(f"{path} is not a readable .npz of x_train, y_train, x_test, y_test ({exc}); "
+                        "re-download it") from exc
+    return _checked(arrays, (path,) * 4, (28, 28))
 
 
 def _read_idx_set(paths: list[Path]) -> tuple:
     """Train images and labels, test images and labels, from the four IDX files in IDX_FILES order."""
-    x_train, y_train, x_test, y_test = (_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2))
-    return (*_checked(x_train, y_train, paths[0], paths[1], (28, 28)),
-            *_checked(x_test, y_test, paths[2], paths[3], (28, 28)))
+    return _checked(tuple(_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2)), paths, (28, 28))
 
 
 def _read_idx(path: Path, kind: str) -> np.ndarray:
@@ -347,24 +297,17 @@ def _read_idx(path: Path, kind: str) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims).copy()
 
 
-# ---------------------------------------------------------------- CIFAR-10 python batches
-
-# Pickles can run code when loaded. A CIFAR-10 batch holds only a dict of bytes,
-# lists, ints and one numpy array, so only the globals that rebuild an array are
-# allowed (numpy 1 and numpy 2 module names); every other global is refused.
-_PICKLE_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct,
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
-}
+# Pickles can run code when loaded. A CIFAR-10 batch holds only a dict of bytes, lists, ints and
+# one numpy array, so only the globals that rebuild an array are allowed (numpy 1 and 2 names).
+_PICKLE_ALLOWED = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+                   ("numpy.core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct,
+                   ("numpy._core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct}
 
 
 class _ArrayOnlyUnpickler(pickle.Unpickler):
     """An unpickler that can rebuild numpy arrays and nothing else that needs a global."""
 
     def find_class(self, module: str, name: str):
-        """Return an allowed numpy global; refuse all others."""
         if (module, name) not in _PICKLE_ALLOWED:
             raise pickle.UnpicklingError(f"refused to load the global {module}.{name}, "
                                          "which a CIFAR-10 batch never holds")
@@ -401,38 +344,24 @@ def _read_cifar_batch(raw: bytes, label: Path | str) -> tuple[np.ndarray, np.nda
         images = np.ascontiguousarray(data.reshape(len(data), 3, 32, 32).transpose(0, 2, 3, 1))
     except Exception as exc:  # a corrupt pickle fails in many ways; all mean "bad file"
         raise DataError(f"{label} is not a valid CIFAR-10 batch ({exc!r}); re-download it") from exc
-    return _checked(images, labels, label, label, (32, 32, 3))
+    return _checked((images, labels), (label, label), (32, 32, 3))
 
 
-# ---------------------------------------------------------------- synthetic
-
-
-def _load_synthetic(name: str, max_train_samples: int | None, seed: int) -> Dataset:
-    n_train, n_test = SYNTHETIC_SIZES[name]
-    n_train = min(n_train, max_train_samples or n_train)
-    prototypes = _prototypes(name, seed)
-    x_train, y_train = _synthetic_split(name, prototypes, n_train, seed, split=0)
-    x_test, y_test = _synthetic_split(name, prototypes, n_test, seed, split=1)
-    origin = f"synthetic (seed {seed}), class-conditional prototypes plus noise"
-    return Dataset(name, "synthetic", origin, x_train, y_train, x_test, y_test)
-
-
-def _prototypes(name: str, seed: int) -> np.ndarray:
-    """One fixed pattern per class: mid-grey plus a random offset per block of pixels."""
+def _synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str, tuple]:
+    """Seeded images: one fixed pattern per class, mid-grey plus a random offset per block of pixels."""
     rng = np.random.default_rng([seed, 2, DATASETS.index(name)])
-    block = _SYNTHETIC["block"]
-    height, width, *channels = IMAGE_SHAPES[name]
+    block, (height, width, *channels) = _SYNTHETIC["block"], IMAGE_SHAPES[name]
     pattern = rng.uniform(-0.5, 0.5, size=(NUM_CLASSES, height // block, width // block, *channels))
     pattern = pattern.repeat(block, axis=1).repeat(block, axis=2)
-    return (127.5 + _SYNTHETIC["contrast"] * pattern).astype(np.float32)
+    prototypes = (127.5 + _SYNTHETIC["contrast"] * pattern).astype(np.float32)
+    n_train = min(SYNTHETIC_SIZES[name], max_train_samples or SYNTHETIC_SIZES[name])
+    arrays = (*_synthetic_split(name, prototypes, n_train, seed, 0),
+              *_synthetic_split(name, prototypes, 10_000, seed, 1))
+    return f"synthetic (seed {seed}), class-conditional prototypes plus noise", arrays
 
 
 def _synthetic_split(name: str, prototypes: np.ndarray, n: int, seed: int, split: int):
-    """`n` labelled images: own prototype blended with some of another class's, plus noise.
-
-    Each chunk of images has its own seed, so the first N images are the same
-    whatever `n` is, and every run of 10 images holds each class once.
-    """
+    """`n` labelled images, seeded per chunk: the first N the same whatever `n`; each 10 hold all classes."""
     chunk, shape = _SYNTHETIC["chunk"], prototypes.shape[1:]
     x, y = np.empty((n, *shape), dtype=np.uint8), np.empty(n, dtype=np.int64)
     for start in range(0, n, chunk):
@@ -440,10 +369,9 @@ def _synthetic_split(name: str, prototypes: np.ndarray, n: int, seed: int, split
         labels = rng.permuted(np.tile(np.arange(NUM_CLASSES), (chunk // NUM_CLASSES, 1)), axis=1).ravel()
         others = (labels + rng.integers(1, NUM_CLASSES, size=chunk)) % NUM_CLASSES
         mix = rng.uniform(0, _SYNTHETIC["mix"], size=(chunk, *[1] * len(shape))).astype(np.float32)
-        images = rng.random((chunk, *shape), dtype=np.float32)  # uniform: 7x faster than normal
-        images -= 0.5
-        images *= _SYNTHETIC["noise"] * np.sqrt(12.0)  # a uniform of this width has that std
-        images += prototypes[labels] + mix * (prototypes[others] - prototypes[labels])
+        noise = rng.random((chunk, *shape), dtype=np.float32) - 0.5  # uniform: 7x faster than normal
+        noise *= _SYNTHETIC["noise"] * np.sqrt(12.0)  # a uniform of this width has that std
+        images = noise + (prototypes[labels] + mix * (prototypes[others] - prototypes[labels]))
         stop = min(n, start + chunk)
         x[start:stop] = np.clip(images[: stop - start], 0, 255)
         y[start:stop] = labels[: stop - start]

@@ -67,15 +67,14 @@ def make_arrays(n_train: int = 50, n_test: int = 20, seed: int = 0) -> dict[str,
 IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), data.IDX_FILES))
 
 
-def idx_name(key: str, gz: bool = True, dotted: bool = False) -> str:
-    name = IDX[key].replace("-idx", ".idx") if dotted else IDX[key]
-    return name + (".gz" if gz else "")
+def idx_name(key: str, gz: bool = True) -> str:
+    return IDX[key] + (".gz" if gz else "")
 
 
-def write_idx_dir(folder: Path, gz: bool = True, dotted: bool = False, **kwargs) -> dict[str, np.ndarray]:
+def write_idx_dir(folder: Path, gz: bool = True, **kwargs) -> dict[str, np.ndarray]:
     arrays = make_arrays(**kwargs)
     for key, array in arrays.items():
-        write_file(folder / idx_name(key, gz, dotted), idx_bytes(array))
+        write_file(folder / idx_name(key, gz), idx_bytes(array))
     return arrays
 
 
@@ -167,9 +166,8 @@ def error(name: str, source: str, data_dir: Path | None = None) -> str:
 
 
 @pytest.mark.parametrize("gz", [True, False], ids=["gzip", "raw"])
-@pytest.mark.parametrize("dotted", [False, True], ids=["dash", "dotted"])
-def test_idx_dir_loads_exact_content(tmp_path, gz, dotted):
-    arrays = write_idx_dir(tmp_path / "d", gz=gz, dotted=dotted)
+def test_idx_dir_loads_exact_content(tmp_path, gz):
+    arrays = write_idx_dir(tmp_path / "d", gz=gz)
     dataset = data.load("mnist", "dir", data_dir=tmp_path / "d", verbose=False)
     assert_same(dataset, arrays)
     assert dataset.source == "dir" and dataset.origin == str(tmp_path / "d") and dataset.note is None
@@ -450,6 +448,16 @@ def test_auto_uses_data_dir_when_keras_fails(tmp_path, capsys):
     assert dataset.source == "dir" and "keras" in dataset.note
     assert_same(dataset, arrays)
     assert capsys.readouterr().out.splitlines()[-1] == f"Data: {dataset.describe()}"
+
+
+def test_printed_lines_show_the_home_folder_as_tilde(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))  # the Keras cache and the data are under "home" now
+    write_idx_dir(tmp_path / "data" / "mnist")
+    dataset = data.load("mnist", data_dir=tmp_path / "data")
+    out = capsys.readouterr().out
+    assert dataset.origin == str(tmp_path / "data" / "mnist")  # the record keeps the full path
+    assert "into ~/keras_home/datasets" in out and "from directory ~/data/mnist:" in out
+    assert str(tmp_path) not in out.replace(data.MNIST_URL, "")  # (the test's URL is a file:// URL)
 
 
 def test_auto_prefers_the_keras_cache(tmp_path, monkeypatch, capsys):

@@ -233,6 +233,8 @@ def parse_line(line: str) -> dict:
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     schema = record.get("schema")
+    if "schema" not in record:
+        raise ValueError("record lacks the field 'schema'")
     if schema not in KNOWN_SCHEMAS:
         raise ValueError(f"unknown schema version {schema!r}; this gpubench reads "
                          f"{list(KNOWN_SCHEMAS)}: update gpubench to read it")

@@ -116,7 +116,7 @@ def test_a_read_only_disk_says_so(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("line,reason", [
-    ("{}", "unknown schema version None"),
+    ("{}", "lacks the field 'schema'"),
     ('{"schema": 3}', "unknown schema version 3"),
     ("[1, 2]", "JSON object, not list"),
     ('{"schema": 2, "benchmark": "matmul"}', "lacks the field 'run_id'"),

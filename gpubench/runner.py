@@ -406,10 +406,7 @@ def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
 def kernel_config() -> dict:
     """Keyword arguments for papermill (or a KernelManager) that encrypt the kernel's channels.
 
-    ipykernel 7 warns on every start that its loopback TCP channels are not
-    encrypted. Recent jupyter_client (8.10 here) provisions CurveZMQ keys when asked and the
-    kernelspec declares support, which `ipykernel install` does; elsewhere this
-    asks for nothing and the kernel starts as before.
+    Silences ipykernel 7's warning about plain TCP; jupyter_client before 8.10 is asked nothing.
     """
     from jupyter_client.manager import KernelManager  # noqa: PLC0415
     from traitlets.config import Config  # noqa: PLC0415

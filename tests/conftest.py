@@ -63,10 +63,10 @@ def cpu_kernel() -> str:
     """The registered gpubench-cpu kernel; fails (never skips) when setup has not run."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    specs = KernelSpecManager().find_kernel_specs()
-    if "gpubench-cpu" not in specs:
-        pytest.fail("the Jupyter kernel gpubench-cpu is not registered: run `make setup`")
-    return "gpubench-cpu"
+    kernel = envs.kernel_name("cpu")
+    if kernel not in KernelSpecManager().find_kernel_specs():
+        pytest.fail(f"the Jupyter kernel {kernel} is not registered: run `make setup`")
+    return kernel
 
 
 def python_env(**extra: str) -> dict:

@@ -1,0 +1,185 @@
+"""gpubench's training and speed factors against bare Keras, in one process, alternating.
+
+1. For each mode (the book's setting; batch 1000 + mixed_bfloat16; XLA on), the
+   same compiled model is trained by `gpubench.training.train` and by a bare
+   `model.fit`, alternately for several short rounds; epoch 1 of every fit is
+   dropped. Prints the minimum and the median steady epoch of each and their
+   ratio as throughput (target: gpubench >= 0.95 of bare Keras in every mode).
+2. `gpubench.factors.run` over a grid (one factor at a time, then its combination),
+   and a hand-written loop over the same grid with plain Keras models: each finds
+   its best speedup over its own baseline (target: gpubench's >= 0.95 of the hand
+   loop's).
+
+    python benchmarks/factors_overhead.py [--samples 12000] [--rounds 4] [--epochs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gpubench as gb
+
+MODES = {
+    "baseline (book)": dict(batch_size=100, precision="float32", xla="off"),
+    "batch 1000 + mixed_bfloat16": dict(batch_size=1000, precision="mixed_bfloat16", xla="off"),
+    "XLA on": dict(batch_size=100, precision="float32", xla="on"),
+}
+GRID = {"batch_size": [100, 1000], "precision": ["float32", "mixed_bfloat16"],
+        "xla": ["off", "on"], "steps_per_execution": [1, 32],
+        "input_pipeline": ["arrays", "tf.data"]}
+
+
+def _clock():
+    import keras
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times, self._t = [], 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.times.append(time.perf_counter() - self._t)
+
+    return Clock()
+
+
+def bare_fit(model, split, epochs: int, batch_size: int) -> list[float]:
+    """Plain model.fit with the arguments gpubench uses; returns epoch seconds."""
+    clock = _clock()
+    model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
+              validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
+    return clock.times
+
+
+def gpubench_fit(model, data, epochs: int, batch_size: int) -> list[float]:
+    """gpubench.training.train as the chapters call it (record built, not stored)."""
+    run = gb.training.train(model, data, epochs=epochs, batch_size=batch_size, device="cpu",
+                            env="benchmark", verbose=0)
+    return run.record["epoch_seconds"]
+
+
+def overhead(data, split, rounds: int, epochs: int) -> None:
+    """Part 1: gpubench vs bare fit on the same model, per mode."""
+    print(f"{'mode':<28} {'gpubench min':>12} {'bare min':>9} {'ratio':>6}"
+          f" {'gpubench med':>12} {'bare med':>9} {'ratio':>6}")
+    for name, mode in MODES.items():
+        model = gb.training.build_model("mlp_h1000", "cpu", precision=mode["precision"],
+                                        xla=mode["xla"])
+        steady = {"gpubench": [], "bare": []}
+        for i in range(rounds):
+            for who in (("gpubench", "bare") if i % 2 == 0 else ("bare", "gpubench")):
+                times = (gpubench_fit(model, data, epochs, mode["batch_size"]) if who == "gpubench"
+                         else bare_fit(model, split, epochs, mode["batch_size"]))
+                steady[who] += times[1:]
+        gm, bm = min(steady["gpubench"]), min(steady["bare"])
+        g, b = statistics.median(steady["gpubench"]), statistics.median(steady["bare"])
+        print(f"{name:<28} {gm:>10.3f} s {bm:>7.3f} s {bm / gm:>6.3f}"
+              f" {g:>10.3f} s {b:>7.3f} s {b / g:>6.3f}")
+
+
+def hand_model(precision: str, xla: str, steps_per_execution: int):
+    """The book's MLP written out in plain Keras, in the given mode."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = keras.Sequential([keras.layers.Input(shape=(784,)),
+                                  keras.layers.Dense(1000, activation="relu"),
+                                  keras.layers.Dense(10, dtype="float32")])
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], jit_compile=xla == "on",
+                  steps_per_execution=steps_per_execution)
+    return model
+
+
+def hand_rate(split, settings: dict, epochs: int) -> float:
+    """Images per second of the fastest steady epoch, trained by hand in `settings`."""
+    import tensorflow as tf
+
+    model = hand_model(settings["precision"], settings["xla"], settings["steps_per_execution"])
+    clock = _clock()
+    b = settings["batch_size"]
+    if settings["input_pipeline"] == "tf.data":
+        ds = (tf.data.Dataset.from_tensor_slices((split.x_train, split.y_train))
+              .shuffle(len(split.x_train)).batch(b).prefetch(tf.data.AUTOTUNE))
+        model.fit(ds, epochs=epochs, callbacks=[clock], verbose=0)
+    else:
+        model.fit(split.x_train, split.y_train, batch_size=b, epochs=epochs, callbacks=[clock],
+                  verbose=0)
+    return len(split.x_train) / min(clock.times[1:])
+
+
+def hand_grid(split, epochs: int) -> tuple[float, dict]:
+    """A plain loop: each one-factor variant, then the combination of the best values."""
+    base = dict(batch_size=100, precision="float32", xla="off", steps_per_execution=1,
+                input_pipeline="arrays")
+    base_rate = hand_rate(split, base, epochs)
+    best_settings, best_speedup = dict(base), 1.0
+    combo = dict(base)
+    for factor, values in GRID.items():
+        best_here = base_rate
+        for value in values:
+            if value == base[factor]:
+                continue
+            settings = {**base, factor: value}
+            speedup = hand_rate(split, settings, epochs) / base_rate
+            if speedup > best_speedup:
+                best_settings, best_speedup = settings, speedup
+            if speedup * base_rate > best_here:
+                best_here, combo[factor] = speedup * base_rate, value
+    speedup = hand_rate(split, combo, epochs) / base_rate
+    if speedup > best_speedup:
+        best_settings, best_speedup = combo, speedup
+    return best_speedup, best_settings
+
+
+def combined(data, split, epochs: int) -> None:
+    """Part 2: gpubench's best speedup over the grid against the hand loop's, same run."""
+    start = time.perf_counter()
+    records = gb.factors.run("mlp_h1000", data, ["cpu"], GRID, epochs=epochs, env="benchmark")
+    rows = [r for r in gb.factors.effects(records) if r["speedup"] is not None]
+    best = max(rows, key=lambda r: r["speedup"])
+    combo = next(r for r in rows if r["factor"] == "combined")
+    print(f"gpubench.factors ({time.perf_counter() - start:.0f} s): best {best['speedup']:.2f}x "
+          f"({best['value']}); combined {combo['speedup']:.2f}x ({combo['value']})")
+    start = time.perf_counter()
+    hand, settings = hand_grid(split, epochs)
+    print(f"hand-written loop ({time.perf_counter() - start:.0f} s): best {hand:.2f}x ({settings})")
+    print(f"gpubench best / hand best: {best['speedup'] / hand:.3f}  "
+          f"(gpubench combined / hand best: {combo['speedup'] / hand:.3f})")
+
+
+def main() -> None:
+    """Run both parts and print their ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=12000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--part", choices=("1", "2", "both"), default="both")
+    args = parser.parse_args()
+    if args.epochs < 2 or args.rounds < 1:
+        parser.error(f"--epochs must be >= 2 (epoch 1 is dropped), got {args.epochs}; "
+                     f"--rounds >= 1, got {args.rounds}")
+    env = gb.results.environment_snapshot()
+    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}; "
+          f"{args.samples} synthetic MNIST-shaped images; rounds {args.rounds}, "
+          f"epochs per fit {args.epochs}")
+    data = gb.data.load("mnist", source="synthetic", max_train_samples=args.samples, verbose=False)
+    split = gb.training.prepare("mlp_h1000", data)
+    if args.part in ("1", "both"):
+        overhead(data, split, args.rounds, args.epochs)
+    if args.part in ("2", "both"):
+        combined(data, split, args.epochs)
+
+
+if __name__ == "__main__":
+    main()

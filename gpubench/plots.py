@@ -28,6 +28,14 @@ def _figure(fig, figsize: tuple[float, float]):
     return fig
 
 
+def _size_axis(ax, **labels):
+    """Label a chart against matrix size, with grid and legend."""
+    ax.set(xlabel="matrix size n (n x n)", **labels)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
 def _book_line(ax) -> None:
     """The book's stored single-run seconds (GT 720 and its CPU) as dashed grey lines."""
     from gpubench import matmul  # noqa: PLC0415 - the book's figures live with the benchmark
@@ -58,12 +66,8 @@ def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: st
                 marker="o", linestyle="-" if method == "rigorous" else "--", label=label)
     if book and metric == "seconds":
         _book_line(ax)
-    ax.set(xlabel="matrix size n (n x n)",
-           ylabel="seconds per product" if metric == "seconds" else "GFLOP/s",
-           title=title or f"Matrix multiplication {'time' if index == 1 else 'throughput'}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    return ax
+    return _size_axis(ax, ylabel="seconds per product" if index == 1 else "GFLOP/s",
+                      title=title or f"Matrix multiplication {'time' if index == 1 else 'throughput'}")
 
 
 def plot_speedup(records: list[dict], ax=None):
@@ -87,11 +91,8 @@ def plot_speedup(records: list[dict], ax=None):
             ax.annotate(f"crossover {size}", (size, 1), textcoords="offset points",
                         xytext=(4, 8), fontsize="small")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set(xlabel="matrix size n (n x n)", ylabel="speedup (CPU time / GPU time)",
-           title="GPU speedup over CPU (above 1: GPU faster)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    return ax
+    return _size_axis(ax, ylabel="speedup (CPU time / GPU time)",
+                      title="GPU speedup over CPU (above 1: GPU faster)")
 
 
 def plot_epoch_bars(records: list[dict], fig=None):

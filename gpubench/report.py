@@ -124,9 +124,7 @@ def fmt_seconds(value: float | None) -> str:
     """Seconds with three significant digits ("0.0123 s", "12.3 s", "402 s")."""
     if value is None:
         return "–"
-    if value >= 100:
-        return f"{value:.0f} s"
-    return f"{value:.3g} s"
+    return f"{value:.0f} s" if value >= 100 else f"{value:.3g} s"
 
 
 def fmt(value, spec: str) -> str:

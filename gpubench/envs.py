@@ -441,19 +441,6 @@ def foreign_kernel(spec: dict) -> str | None:
             f"in {root} to register this checkout's kernels")
 
 
-def _last_json_line(text: str) -> dict | None:
-    """The last line of `text` that parses as a JSON object, or None."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            return json.loads(line)
-        except ValueError:
-            continue
-    return None
-
-
 def probe(env: str, timeout: float = 120) -> dict:
     """Start env's kernel with jupyter_client and ask it for its Python, TensorFlow, GPUs and
     gpubench checkout (with the GPU diagnosis when it sees none); failures go in "error"."""
@@ -497,8 +484,9 @@ def probe(env: str, timeout: float = 120) -> dict:
         finally:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
-    report = _last_json_line("".join(output))
-    if report is None:
+    try:  # the script's last line is its report; TensorFlow may print before it
+        report = json.loads("".join(output).strip().splitlines()[-1])
+    except (ValueError, IndexError):
         result["error"] = "its kernel printed no probe report: " + "".join(output)[-300:]
         return result
     result.update({key: report.get(key) for key in result if key in report})
@@ -525,14 +513,6 @@ def _table(rows: list[list[str]]) -> list[str]:
     """Rows as left-aligned columns, two spaces apart."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-
-
-def _checkout_cell(info: dict) -> str:
-    """Which checkout's gpubench the kernel imports, marked when it is not this one."""
-    if not info["checkout"]:
-        return "-"
-    here = Path(info["checkout"]) == project_root()
-    return info["checkout"] + ("" if here else "  (ANOTHER checkout)")
 
 
 def _problems(info: dict) -> list[str]:
@@ -569,7 +549,7 @@ def envs_report() -> str:
         for info in probes:
             rows.append([
                 info["env"], info["kernel"], info["tensorflow"] or "-", _gpu_cell(info),
-                info["executable"] or "-", _checkout_cell(info),
+                info["executable"] or "-", info["checkout"] or "-",
             ])
         lines += _table(rows)
     else:

@@ -1,14 +1,9 @@
 """`gpubench run`: every notebook, in every env's kernel, with papermill; then the report.
 
-Run directory (DESIGN.md): RUN_DIR/<env>/<notebook>.ipynb, RUN_DIR/results.jsonl,
-RUN_DIR/report.md, RUN_DIR/*.png, plus RUN_DIR/run.json, the job list that
-`--resume` reads, and RUN_DIR/run.lock, which the running process holds
-(flock: the OS drops it when the process dies, even by kill -9).
-
-A kernel dies with its runner (Linux: PR_SET_PDEATHSIG; elsewhere ipykernel's
-own parent polling, within a second). Ctrl-C or SIGTERM interrupts the kernel
-first, so the notebook keeps what it measured, then stops the run; a second one
-stops it at once.
+Run directory (DESIGN.md), plus RUN_DIR/run.json (the jobs; `--resume` reads it) and
+RUN_DIR/run.lock (flock-ed by the running process; the OS drops it when that dies).
+Kernels die with the runner; Ctrl-C or SIGTERM interrupts the kernel first, so the
+notebook keeps what it measured; a second one stops at once.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from unittest import mock
 
 from gpubench import envs, profiles, results
 
@@ -98,14 +94,9 @@ def check_notebooks(names: list[str] | None) -> list[str]:
     return [n for n in profiles.NOTEBOOKS if n in names]
 
 
-def available_envs() -> list[str]:
-    """Envs with a registered kernel."""
-    return sorted(envs.kernel_specs())
-
-
 def check_envs(names: list[str] | None) -> list[str]:
     """The envs to run: the standard ones plus registered variants; unknown names are an error."""
-    registered = available_envs()
+    registered = sorted(envs.kernel_specs())
     if names is None:
         return list(envs.STANDARD_ENVS) + [e for e in registered if e not in envs.STANDARD_ENVS]
     unknown = [n for n in names if n not in envs.STANDARD_ENVS and n not in registered]
@@ -158,8 +149,6 @@ def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
             if not any(name in declared[nb] for nb in targets[scope]):
                 takes = "; ".join(f"{nb} takes {', '.join(declared[nb])}" for nb in targets[scope])
                 raise UsageError(f"unknown parameter -p {name}: {takes}")
-    if not hasattr(nb_rules, "check_params"):
-        return
     for nb in dict.fromkeys(nb for scope in targets for nb in targets[scope]):
         given = {name: value for scope in ("*", nb) for name, value in params.get(scope, {}).items()
                  if name in declared[nb]}
@@ -193,10 +182,8 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 def _holder(run_dir: Path) -> str:
     """The PID written in run.lock by the process holding it (it may still be writing it)."""
     for _ in range(20):
-        with contextlib.suppress(OSError):
-            pid = (run_dir / LOCK).read_text().strip()
-            if pid:
-                return pid
+        if pid := (run_dir / LOCK).read_text().strip():
+            return pid
         time.sleep(0.05)
     return "unknown"
 
@@ -337,16 +324,12 @@ def kernel_manager_class() -> type:
 
 
 def _interrupt_kernels() -> bool:
-    """SIGINT to each running kernel (what KernelManager.interrupt_kernel sends); whether there was one."""
-    sent = False
-    for manager in _Stop.kernels:
-        pid = getattr(manager.provisioner, "pid", None)
-        if pid is None:
-            continue
+    """SIGINT to each running kernel, as KernelManager.interrupt_kernel sends; whether there was one."""
+    pids = [m.provisioner.pid for m in _Stop.kernels if getattr(m.provisioner, "pid", None)]
+    for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGINT)
-            sent = True
-    return sent
+    return bool(pids)
 
 
 def _on_signal(signum: int, frame) -> None:
@@ -373,21 +356,6 @@ def _signals_stop_the_run():
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _environ(**values: str):
-    """Set environment variables (inherited by the kernel started inside), then restore them."""
-    old = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
@@ -418,20 +386,12 @@ def kernel_config() -> dict:
 
 def _records_written(run_dir: Path, job: Job) -> bool:
     """Whether results.jsonl holds a readable record of this job's current attempt."""
-    try:
+    try:  # unreadable lines are skipped (with a warning), so only whole records count
         records = results.read_records(run_dir)
-    except (OSError, ValueError):
+    except OSError:
         return False
-    return any(r.get("env") == job.env and r.get("notebook") == job.notebook
-               and r.get("attempt", 1) == job.attempt for r in records if isinstance(r, dict))
-
-
-def _error_text(ename: str, evalue: str) -> str:
-    """A notebook's error for run.json and the summary; a full disk said in plain words."""
-    text = f"{ename}: {evalue}".strip()
-    if "No space left" in text or "[Errno 28]" in text or "ENOSPC" in text:
-        text = f"the disk is full, so its results were not written ({text})"
-    return text[:2000]
+    return any((r["env"], r["notebook"], r.get("attempt", 1)) == (job.env, job.notebook, job.attempt)
+               for r in records)
 
 
 def execute(job: Job, run_dir: Path, manifest: dict) -> None:
@@ -443,8 +403,8 @@ def execute(job: Job, run_dir: Path, manifest: dict) -> None:
     job.attempt += 1
     start = time.perf_counter()
     try:
-        with _environ(GPUBENCH_RUN_ID=manifest["run_id"], GPUBENCH_ATTEMPT=str(job.attempt),
-                      NO_COLOR="1", TERM="dumb"):
+        with mock.patch.dict(os.environ, GPUBENCH_RUN_ID=manifest["run_id"], NO_COLOR="1",
+                             GPUBENCH_ATTEMPT=str(job.attempt), TERM="dumb"):  # for the kernel
             papermill.execute_notebook(
                 str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
                 parameters=job_parameters(job, run_dir, manifest), kernel_name=job.kernel,
@@ -462,12 +422,12 @@ def execute(job: Job, run_dir: Path, manifest: dict) -> None:
             job.error = (f"the notebook ended but {run_dir / 'results.jsonl'} holds no readable "
                          f"record of it (attempt {job.attempt})")
     except papermill.PapermillExecutionError as exc:
-        job.status, job.error = "failed", _error_text(exc.ename, exc.evalue)
+        job.status, job.error = "failed", f"{exc.ename}: {exc.evalue}"[:2000]
     except KeyboardInterrupt:
         job.status, job.error = "interrupted", f"stopped by {_Stop.reason or 'Ctrl-C'}"
         raise
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a bad notebook fails this job only
-        job.status, job.error = "failed", _error_text(type(exc).__name__, str(exc))
+        job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
     finally:
         job.seconds = time.perf_counter() - start
         _Stop.kernels.clear()
@@ -539,7 +499,8 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> 
                 if _Stop.reason is not None:
                     raise KeyboardInterrupt
         _save_jobs(run_dir, manifest, jobs)
-        code = _finish_report(run_dir)
+        code = _summary(jobs)
+        _finish_report(run_dir)  # a full disk: report.ReportWriteError, said by the CLI (exit 2)
     except KeyboardInterrupt:
         bar.close()
         _save_jobs(run_dir, manifest, jobs)
@@ -552,7 +513,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> 
         logger.removeHandler(handler)
         logger.removeFilter(_worth_showing)
         bar.close()
-    return max(_summary(jobs), code)
+    return code
 
 
 def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
@@ -609,22 +570,14 @@ def _save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     write_manifest(run_dir, manifest)
 
 
-def _finish_report(run_dir: Path) -> int:
-    """Write the run's report; 0, or 2 when the disk refuses it (said plainly, no traceback)."""
+def _finish_report(run_dir: Path) -> None:
+    """Write the run's report, if anything was recorded."""
     from gpubench import report  # noqa: PLC0415
 
     if not (run_dir / "results.jsonl").exists():
         print("No results were recorded, so there is no report.")
-        return 0
-    try:
-        path = report.build([run_dir])
-    except (OSError, getattr(report, "ReportWriteError", OSError)) as exc:
-        problem = results.write_problem(exc) if isinstance(exc, OSError) else exc
-        print(f"The report was not written ({problem}). Free some space or make {run_dir} "
-              f"writable, then `gpubench report {run_dir}`.", file=sys.stderr)
-        return 2
-    print(f"Report: {path}")
-    return 0
+        return
+    print(f"Report: {report.build([run_dir])}")
 
 
 def _summary(jobs: list[Job]) -> int:

@@ -279,7 +279,8 @@ def distributed_input(strategy, x, y, batch: int, *,
         if shuffle:  # same seed on every worker: the same order, then disjoint shards
             data = data.shuffle(used, seed=seed, reshuffle_each_iteration=True)
         data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
-        return data.batch(context.get_per_replica_batch_size(batch), drop_remainder=True)
+        data = data.batch(context.get_per_replica_batch_size(batch), drop_remainder=True)
+        return data.prefetch(tf.data.AUTOTUNE)  # the next batch is ready while a step runs
 
     return strategy.distribute_datasets_from_function(dataset_fn), steps, used
 

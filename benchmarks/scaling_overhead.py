@@ -1,0 +1,90 @@
+"""gpubench's one-replica scaling step against a bare `model.fit` on one device, same model and data.
+
+The scaling step is what Multi_GPU_Scaling and `gpubench scaling` time: MirroredStrategy
+over one device, `strategy.run` inside a `tf.function`, the loss averaged with
+`tf.nn.compute_average_loss`, the data from `distribute_datasets_from_function`.
+The bare side is `model.fit` on the CPU with the same batch, no callbacks, no validation.
+Both run in one process and alternate round by round, each round on a freshly built
+model; epoch 1 of each (tracing) is dropped. Prints the images per second of both
+(median and minimum epoch) and their ratio; target: the scaling step at >= 0.90 of bare fit.
+
+    python benchmarks/scaling_overhead.py [--model mlp_h1000] [--rounds 4] [--epochs 3]
+                                          [--samples 12000] [--batch 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gpubench as gb
+
+
+def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[float]:
+    """Images per second of each steady epoch of gpubench's one-replica scaling step."""
+    measured = gb.scaling.train(strategy, name, split, batch=batch, epochs=epochs, verbose=False)
+    return [measured.train_samples / s for s in measured.epoch_seconds[1:]]
+
+
+def bare_round(name: str, split, epochs: int, batch: int) -> list[float]:
+    """Images per second of each steady epoch of a plain model.fit on the CPU."""
+    import keras
+    import tensorflow as tf
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times, self._t = [], 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.times.append(time.perf_counter() - self._t)
+
+    with tf.device("/CPU:0"):
+        model = gb.models.build(name)
+        clock = Clock()
+        model.fit(split.x_train, split.y_train, batch_size=batch, epochs=epochs, callbacks=[clock],
+                  verbose=0)
+    return [len(split.x_train) / s for s in clock.times[1:]]
+
+
+def main() -> None:
+    """Alternate the two and print their steady speeds and the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="mlp_h1000")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=12000)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    if args.epochs < 2 or args.rounds < 1:
+        parser.error(f"--epochs must be >= 2 (epoch 1 is dropped), got {args.epochs}; "
+                     f"--rounds >= 1, got {args.rounds}")
+    env = gb.results.environment_snapshot()
+    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}, "
+          f"Keras {env['keras']}; {args.model}, {args.rounds} rounds x {args.epochs} epochs, "
+          f"{args.samples} images, batch {args.batch}, synthetic data")
+    dataset = "cifar10" if args.model == "cifar_cnn" else "mnist"
+    data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples, verbose=False)
+    split = gb.training.prepare(args.model, data)
+    strategy, _ = gb.scaling.mirrored(["/CPU:0"])
+    ours, bare = [], []
+    start = time.perf_counter()
+    for _ in range(args.rounds):
+        ours += scaling_round(strategy, args.model, split, args.epochs, args.batch)
+        bare += bare_round(args.model, split, args.epochs, args.batch)
+    print(f"{'':<24}{'median img/s':>14}{'best img/s':>12}")
+    print(f"{'gpubench scaling step':<24}{statistics.median(ours):>14,.0f}{max(ours):>12,.0f}")
+    print(f"{'bare model.fit':<24}{statistics.median(bare):>14,.0f}{max(bare):>12,.0f}")
+    ratio_median = statistics.median(ours) / statistics.median(bare)
+    ratio_best = max(ours) / max(bare)
+    verdict = "meets" if min(ratio_median, ratio_best) >= 0.90 else "misses"
+    print(f"ratio (scaling step / bare fit): median {ratio_median:.2f}, best {ratio_best:.2f} "
+          f"-> {verdict} the 0.90 target; wall time {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -437,9 +437,14 @@ def _on_device_feed(model, x_dev, y_dev, batch_size: int, steps_per_execution: i
                 run_rest()
             return
         done = 0
-        while done < count:
-            chunk = min(steps_per_execution, count - done, full)
-            run(tf.constant(done % max(full, 1)), tf.constant(chunk))
+        while done < count:  # `count` steps through the shuffled set, wrapping at its end
+            if not full:  # a batch larger than the training set: the whole set each step
+                run_rest()
+                done += 1
+                continue
+            first = done % full
+            chunk = min(steps_per_execution, count - done, full - first)
+            run(tf.constant(first), tf.constant(chunk))
             done += chunk
 
     return steps

@@ -15,6 +15,12 @@ import warnings
 from gpubench import __version__
 
 
+def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.ArgumentParser:
+    """A subcommand whose help ends with its examples."""
+    return sub.add_parser(name, help=summary, formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples), **kw)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpubench", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -28,56 +34,44 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpubench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser(
-        "run", help="run every notebook in every env, then write the report",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-               "  gpubench run --profile quick --envs cpu\n"
-               "  gpubench run --notebooks performanceTest -p 'sizes=[500, 1000]' --out runs/mm\n"
-               "  gpubench run --resume runs/mm        # finish an interrupted or failed run\n"
-               "A run directory is used by one process at a time (it holds RUN_DIR/run.lock).")
+    run = _command(sub, "run", "run every notebook in every env, then write the report",
+                   "gpubench run --profile quick --envs cpu",
+                   "gpubench run --notebooks performanceTest -p 'sizes=[500, 1000]' --out runs/mm",
+                   "gpubench run --resume runs/mm   # finish an interrupted or failed run")
     run.add_argument("--profile", choices=("full", "quick"),
                      help="full = the book's settings (default), quick = a smoke run")
     run.add_argument("--envs", help="comma-separated envs, e.g. cpu,gpu (default: all set up)")
-    run.add_argument("--notebooks", help="comma-separated notebooks (default: all four)")
+    run.add_argument("--notebooks", help="comma-separated notebooks (default: all)")
     run.add_argument("--out", help="new run directory (default: runs/<timestamp>)")
-    run.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or failed run")
+    run.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or failed run "
+                     "(one process per RUN_DIR: it holds RUN_DIR/run.lock)")
     run.add_argument("--param", "-p", action="append", metavar="[NOTEBOOK:]NAME=VALUE",
                      help="extra notebook parameter, e.g. -p data_dir=/data or "
                           "-p Mnist_CNN:epochs=5 (repeatable; values parsed as JSON; checked "
                           "against the notebook's parameters cell before anything runs)")
 
-    rep = sub.add_parser(
-        "report", help="write report.md and charts from run directories",
-        description="Read RUN_DIR/results.jsonl of each RUN_DIR (a folder written by `gpubench "
-                    "run`; several of them compare machines) and write report.md and its PNG "
-                    "charts into the first RUN_DIR, or into --out.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-               "  gpubench report runs/20260101-120000\n"
-               "  gpubench report runs/laptop runs/gpu-box --out runs/compared")
+    rep = _command(sub, "report", "write report.md and charts from run directories",
+                   "gpubench report runs/20260101-120000",
+                   "gpubench report runs/laptop runs/gpu-box --out runs/compared",
+                   description="Read RUN_DIR/results.jsonl of each RUN_DIR (a folder written by\n"
+                               "`gpubench run`; several of them compare machines) and write\n"
+                               "report.md and its PNG charts into the first RUN_DIR, or into --out.")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                      help="a run directory (holds results.jsonl)")
     rep.add_argument("--out", help="folder for report.md and the PNGs (default: the first RUN_DIR)")
 
-    setup = sub.add_parser(
-        "setup", help="create the envs and register their Jupyter kernels",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  python3 -m gpubench setup\n  python3 -m gpubench setup --gpu")
+    setup = _command(sub, "setup", "create the envs and register their Jupyter kernels",
+                     "python3 -m gpubench setup", "python3 -m gpubench setup --gpu")
     setup.add_argument("--gpu", action="store_true",
                        help="also create the GPU env even if nvidia-smi lists no GPU")
 
-    envs = sub.add_parser(
-        "envs", help="list the envs, their TensorFlow, whether it sees a GPU, and their checkout",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  gpubench envs")
+    envs = _command(sub, "envs", "list the envs: TensorFlow, GPU, and the checkout each runs",
+                    "gpubench envs")
     envs.add_argument("--driver", action="store_true",
                       help="print only the Python that runs gpubench itself (for the Makefile)")
 
-    doctor = sub.add_parser(
-        "doctor", help="print this environment and check the GPU",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  gpubench doctor\n  gpubench doctor --gpu   # exit 1 unless a GPU is usable")
+    doctor = _command(sub, "doctor", "print this environment and check the GPU",
+                      "gpubench doctor", "gpubench doctor --gpu   # exit 1 unless a GPU is usable")
     doctor.add_argument("--gpu", action="store_true", help="exit 1 unless a GPU is usable")
     doctor.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     _add_scaling(sub)

@@ -20,6 +20,7 @@ import statistics
 import time
 
 import gpubench as gb
+from bare import bare_fit, epoch_clock, gpubench_fit
 
 MODES = {
     "baseline (book)": dict(batch_size=100, precision="float32", xla="off"),
@@ -29,38 +30,6 @@ MODES = {
 GRID = {"batch_size": [100, 1000], "precision": ["float32", "mixed_bfloat16"],
         "xla": ["off", "on"], "steps_per_execution": [1, 32],
         "input_pipeline": ["arrays", "tf.data"]}
-
-
-def _clock():
-    import keras
-
-    class Clock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.times, self._t = [], 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._t = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.times.append(time.perf_counter() - self._t)
-
-    return Clock()
-
-
-def bare_fit(model, split, epochs: int, batch_size: int) -> list[float]:
-    """Plain model.fit with the arguments gpubench uses; returns epoch seconds."""
-    clock = _clock()
-    model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
-              validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
-    return clock.times
-
-
-def gpubench_fit(model, data, epochs: int, batch_size: int) -> list[float]:
-    """gpubench.training.train as the chapters call it (record built, not stored)."""
-    run = gb.training.train(model, data, epochs=epochs, batch_size=batch_size, device="cpu",
-                            env="benchmark", verbose=0)
-    return run.record["epoch_seconds"]
 
 
 def overhead(data, split, rounds: int, epochs: int) -> None:
@@ -106,7 +75,7 @@ def hand_rate(split, settings: dict, epochs: int) -> float:
     import tensorflow as tf
 
     model = hand_model(settings["precision"], settings["xla"], settings["steps_per_execution"])
-    clock = _clock()
+    clock = epoch_clock()
     b = settings["batch_size"]
     if settings["input_pipeline"] == "tf.data":
         ds = (tf.data.Dataset.from_tensor_slices((split.x_train, split.y_train))

@@ -19,6 +19,7 @@ import statistics
 import time
 
 import gpubench as gb
+from bare import epoch_clock
 
 
 def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[float]:
@@ -29,23 +30,11 @@ def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[f
 
 def bare_round(name: str, split, epochs: int, batch: int) -> list[float]:
     """Images per second of each steady epoch of a plain model.fit on the CPU."""
-    import keras
     import tensorflow as tf
-
-    class Clock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.times, self._t = [], 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._t = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.times.append(time.perf_counter() - self._t)
 
     with tf.device("/CPU:0"):
         model = gb.models.build(name)
-        clock = Clock()
+        clock = epoch_clock()
         model.fit(split.x_train, split.y_train, batch_size=batch, epochs=epochs, callbacks=[clock],
                   verbose=0)
     return [len(split.x_train) / s for s in clock.times[1:]]

@@ -15,44 +15,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import gpubench as gb
-
-
-class _Bare:
-    """The lightest possible epoch clock: two perf_counter calls, nothing else."""
-
-    def __init__(self):
-        import keras
-
-        class Clock(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.times, self._t = [], 0.0
-
-            def on_epoch_begin(self, epoch, logs=None):
-                self._t = time.perf_counter()
-
-            def on_epoch_end(self, epoch, logs=None):
-                self.times.append(time.perf_counter() - self._t)
-
-        self.clock = Clock()
-
-
-def bare_fit(model, split, epochs: int, batch_size: int) -> list[float]:
-    """Plain model.fit with the same arguments gpubench uses; returns epoch seconds."""
-    clock = _Bare().clock
-    model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
-              validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
-    return clock.times
-
-
-def gpubench_fit(model, data, epochs: int, batch_size: int) -> list[float]:
-    """gpubench.training.train, as the notebooks call it (record built, not stored)."""
-    run = gb.training.train(model, data, epochs=epochs, batch_size=batch_size, device="cpu",
-                            env="benchmark", verbose=0)
-    return run.record["epoch_seconds"]
+from bare import bare_fit, gpubench_fit
 
 
 def main() -> None:

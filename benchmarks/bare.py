@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import gpubench as gb
@@ -38,3 +39,28 @@ def gpubench_fit(model, data, epochs: int, batch_size: int) -> list[float]:
     run = gb.training.train(model, data, epochs=epochs, batch_size=batch_size, device="cpu",
                             env="benchmark", verbose=0)
     return run.record["epoch_seconds"]
+
+
+def round_options(doc: str, *, rounds: int, epochs: int, samples: int = 12000) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark shares: --rounds, --epochs, --samples."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--samples", type=int, default=samples)
+    return parser
+
+
+def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parse the command line; refuse fewer than 2 epochs (epoch 1 of each fit is dropped) or 0 rounds."""
+    args = parser.parse_args()
+    if args.epochs < 2 or args.rounds < 1:
+        parser.error(f"--epochs must be >= 2 (epoch 1 of each fit is dropped), got {args.epochs}; "
+                     f"--rounds >= 1, got {args.rounds}")
+    return args
+
+
+def machine() -> str:
+    """The CPU and software a benchmark ran on, for its first line."""
+    env = gb.results.environment_snapshot()
+    return (f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}, "
+            f"Keras {env['keras']}")

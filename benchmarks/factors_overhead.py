@@ -15,12 +15,11 @@
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import gpubench as gb
-from bare import bare_fit, epoch_clock, gpubench_fit
+from bare import bare_fit, epoch_clock, gpubench_fit, machine, parse_rounds, round_options
 
 MODES = {
     "baseline (book)": dict(batch_size=100, precision="float32", xla="off"),
@@ -129,18 +128,10 @@ def combined(data, split, epochs: int) -> None:
 
 def main() -> None:
     """Run both parts and print their ratios."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=12000)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser = round_options(__doc__, rounds=4, epochs=3)
     parser.add_argument("--part", choices=("1", "2", "both"), default="both")
-    args = parser.parse_args()
-    if args.epochs < 2 or args.rounds < 1:
-        parser.error(f"--epochs must be >= 2 (epoch 1 is dropped), got {args.epochs}; "
-                     f"--rounds >= 1, got {args.rounds}")
-    env = gb.results.environment_snapshot()
-    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}; "
-          f"{args.samples} synthetic MNIST-shaped images; rounds {args.rounds}, "
+    args = parse_rounds(parser)
+    print(f"{machine()}; {args.samples} synthetic MNIST-shaped images; rounds {args.rounds}, "
           f"epochs per fit {args.epochs}")
     data = gb.data.load("mnist", source="synthetic", max_train_samples=args.samples, verbose=False)
     split = gb.training.prepare("mlp_h1000", data)

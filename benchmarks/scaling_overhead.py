@@ -14,12 +14,11 @@ model; epoch 1 of each (tracing) is dropped. Prints the images per second of bot
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import gpubench as gb
-from bare import epoch_clock
+from bare import epoch_clock, machine, parse_rounds, round_options
 
 
 def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[float]:
@@ -42,19 +41,11 @@ def bare_round(name: str, split, epochs: int, batch: int) -> list[float]:
 
 def main() -> None:
     """Alternate the two and print their steady speeds and the ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = round_options(__doc__, rounds=4, epochs=3)
     parser.add_argument("--model", default="mlp_h1000")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=12000)
     parser.add_argument("--batch", type=int, default=100)
-    args = parser.parse_args()
-    if args.epochs < 2 or args.rounds < 1:
-        parser.error(f"--epochs must be >= 2 (epoch 1 is dropped), got {args.epochs}; "
-                     f"--rounds >= 1, got {args.rounds}")
-    env = gb.results.environment_snapshot()
-    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}, "
-          f"Keras {env['keras']}; {args.model}, {args.rounds} rounds x {args.epochs} epochs, "
+    args = parse_rounds(parser)
+    print(f"{machine()}; {args.model}, {args.rounds} rounds x {args.epochs} epochs, "
           f"{args.samples} images, batch {args.batch}, synthetic data")
     dataset = "cifar10" if args.model == "cifar_cnn" else "mnist"
     data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples, verbose=False)

@@ -13,27 +13,18 @@ gpubench's overhead at most 5%. On a shared VM whose speed swings, the minimum
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import gpubench as gb
-from bare import bare_fit, gpubench_fit
+from bare import bare_fit, gpubench_fit, machine, parse_rounds, round_options
 
 
 def main() -> None:
     """Alternate the two for each model and print the steady epoch times and ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = round_options(__doc__, rounds=8, epochs=2)
     parser.add_argument("--models", default="mlp_h1000,mnist_cnn,cifar_cnn")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=12000)
-    args = parser.parse_args()
-    if args.epochs < 2 or args.rounds < 1:
-        parser.error(f"--epochs must be >= 2 (epoch 1 of each fit is dropped), got {args.epochs}; "
-                     f"--rounds >= 1, got {args.rounds}")
-    env = gb.results.environment_snapshot()
-    print(f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}; "
-          f"{args.rounds} rounds x {args.epochs} epochs, {args.samples} images, synthetic data")
+    args = parse_rounds(parser)
+    print(f"{machine()}; {args.rounds} rounds x {args.epochs} epochs, {args.samples} images, synthetic data")
     print(f"{'model':<10} {'gpubench median':>16} {'bare median':>12} {'overhead':>9}"
           f" {'gpubench min':>13} {'bare min':>9} {'overhead':>9}  epochs each")
     for name in args.models.split(","):

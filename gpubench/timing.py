@@ -6,11 +6,12 @@ Every timed region here ends with `sync()`, which waits for all devices.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from gpubench._tf import tensorflow
 from gpubench.checks import positive_int
@@ -36,13 +37,8 @@ def summarize(times: Sequence[float]) -> Stats:
     """Median, min, max and interquartile range of `times` (at least one value)."""
     if not times:
         raise ValueError("summarize() needs at least one timing")
-    values = sorted(float(t) for t in times)
-    if len(values) >= 2:
-        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-        iqr = q3 - q1
-    else:
-        iqr = 0.0
-    return Stats(statistics.median(values), values[0], values[-1], iqr, len(values))
+    q1, median, q3 = np.percentile(times, [25, 50, 75])  # linear, as in statistics' "inclusive"
+    return Stats(float(median), float(min(times)), float(max(times)), float(q3 - q1), len(times))
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ class Measurement:
     """What `measure` found: the first call alone, then statistics of the repeats."""
 
     first: float
-    times: list[float] = field(default_factory=list)
+    times: list[float]
 
     @property
     def stats(self) -> Stats:
@@ -58,40 +54,25 @@ class Measurement:
         return summarize(self.times)
 
 
-
-def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measurement:
-    """Time `fn()`: `warmup` untimed-for-statistics calls, then `repeats` timed calls.
-
-    The first warm-up call, which pays for tracing, compilation and device start-up,
-    is timed and reported as `first`; it never enters the statistics. Each call is
-    followed by a device sync before the clock stops.
-    """
-    positive_int("warmup", warmup)
-    positive_int("repeats", repeats)
+def _timed(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of `fn`, up to the device sync that follows it."""
     start = time.perf_counter()
     fn()
     sync()
-    first = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measurement:
+    """Time `warmup` calls of `fn`, the first reported alone (tracing, compilation), then `repeats`."""
+    positive_int("warmup", warmup)
+    positive_int("repeats", repeats)
+    first = _timed(fn)
     for _ in range(warmup - 1):
-        fn()
-        sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return Measurement(first=first, times=times)
+        _timed(fn)
+    return Measurement(first, [_timed(fn) for _ in range(repeats)])
 
 
-def _keras_callback_base() -> type:
-    tensorflow()
-    import keras  # noqa: PLC0415 - loaded by tensorflow() already
-
-    return keras.callbacks.Callback
-
-
-class EpochTimer(_keras_callback_base()):
+class EpochTimer(tensorflow().keras.callbacks.Callback):
     """Keras callback that times every epoch, ending each with a device sync."""
 
     def __init__(self) -> None:

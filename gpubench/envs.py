@@ -1,18 +1,10 @@
 """Create the CPU and GPU environments, register their Jupyter kernels, and list them.
 
-Env NAME runs in the Jupyter kernel "gpubench-NAME" (cpu -> gpubench-cpu,
-gpu -> gpubench-gpu); with conda the conda env has the kernel's name. With
-mamba, conda or micromamba on PATH the envs come from environment-NAME.yml;
-without, from venvs (.venv, .venv-gpu) and pip.
-
-Each kernel is registered twice: in this checkout's own Jupyter folder
-(CHECKOUT/.jupyter/kernels, with PYTHONPATH=CHECKOUT so it imports this
-checkout's gpubench even from a conda env that several clones share), which
-`gpubench run`, `make lab` and `make test` put first on JUPYTER_PATH; and with
-`--user`, for Jupyter started by hand (the last `make setup` of any clone wins there).
-
-This module runs from a bare `python3 -m gpubench setup` before anything is
-installed: it imports only the standard library at module level.
+Env NAME runs in kernel "gpubench-NAME": a conda env of that name from environment-NAME.yml
+when mamba, conda or micromamba is on PATH, else a venv (.venv, .venv-gpu). Each kernel is
+registered in this checkout's .jupyter (with PYTHONPATH=CHECKOUT; `gpubench run`, `make lab`
+and `make test` put it first on JUPYTER_PATH) and with --user, for Jupyter started by hand.
+Stdlib-only at import: a bare `python3 -m gpubench setup` runs it before anything is installed.
 """
 
 from __future__ import annotations
@@ -39,7 +31,6 @@ from gpubench import devices  # stdlib-only at import; TensorFlow loads on first
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")
 CONDA_TOOLS = ("mamba", "conda", "micromamba")
-STAMP_NAME = ".gpubench-installed"
 VENV_DIRS = {"cpu": ".venv", "gpu": ".venv-gpu"}
 CONDA_PYTHON = (3, 11)  # python=3.11 in the yml files
 # Pythons a venv can use: TensorFlow 2.21 and numpy 2.4 both have wheels for them
@@ -54,21 +45,18 @@ SETUP_COMMANDS = {
 _PROBE_SCRIPT = """\
 import json, os, platform, sys
 sys.path = [p for p in sys.path if p not in ("", ".")]  # only what the kernel itself can import
-out = {"python": platform.python_version(), "executable": sys.executable, "tensorflow": None,
-       "cuda_build": None, "gpus": [], "gpubench": None, "checkout": None, "diagnosis": None,
-       "error": None}
+out = {"python": platform.python_version(), "executable": sys.executable}
 try:
     import tensorflow as tf
-    out["tensorflow"] = tf.__version__
-    out["cuda_build"] = bool(tf.test.is_built_with_cuda())
-    out["gpus"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+    out.update(tensorflow=tf.__version__, cuda_build=bool(tf.test.is_built_with_cuda()),
+               gpus=[d.name for d in tf.config.list_physical_devices("GPU")])
 except Exception as exc:
     out["error"] = "TensorFlow does not import: %s: %s" % (type(exc).__name__, exc)
 try:
     import gpubench
     out["gpubench"] = gpubench.__version__
     out["checkout"] = os.path.dirname(os.path.dirname(os.path.abspath(gpubench.__file__)))
-    if out["tensorflow"] and not out["gpus"]:
+    if "tensorflow" in out and not out["gpus"]:
         from gpubench import devices
         out["diagnosis"] = devices.diagnose()
 except Exception:
@@ -105,10 +93,7 @@ def use_checkout_kernels() -> None:
 
 @contextlib.contextmanager
 def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
-    """Hold an exclusive flock on `path` (created if needed); the OS drops it when the process dies.
-
-    With wait=False a lock held elsewhere raises BlockingIOError at once.
-    """
+    """Hold an exclusive flock on `path` (the OS drops it if we die); wait=False: BlockingIOError."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -120,11 +105,7 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
 
 
 def find_conda() -> str | None:
-    """Path of mamba, conda or micromamba (in that order), or None to use venvs.
-
-    The env var GPUBENCH_CONDA picks the tool (a command name or path);
-    GPUBENCH_CONDA=none forces venvs.
-    """
+    """Path of mamba, conda or micromamba, or None for venvs; GPUBENCH_CONDA=TOOL|PATH|none decides."""
     choice = os.environ.get("GPUBENCH_CONDA", "").strip()
     if choice.lower() == "none":
         return None
@@ -136,11 +117,7 @@ def find_conda() -> str | None:
                 "micromamba or the full path of one, or to none to use venvs"
             )
         return found
-    for tool in CONDA_TOOLS:
-        found = shutil.which(tool)
-        if found is not None:
-            return found
-    return None
+    return next(filter(None, map(shutil.which, CONDA_TOOLS)), None)
 
 
 def gpu_requested(gpu: bool) -> bool:
@@ -148,23 +125,14 @@ def gpu_requested(gpu: bool) -> bool:
     return bool(gpu) or bool(devices.nvidia_smi_gpus())
 
 
-def _is_micromamba(conda: str) -> bool:
-    """Whether `conda` is micromamba (whose create/update/run spelling differs)."""
-    return Path(conda).name.lower().startswith("micromamba")
-
-
 def _venv_python(venv: Path) -> Path:
     """The python of a venv: bin/python, or Scripts/python.exe on Windows."""
-    if os.name == "nt":
-        return venv / "Scripts" / "python.exe"
-    return venv / "bin" / "python"
+    return venv / "Scripts" / "python.exe" if os.name == "nt" else venv / "bin" / "python"
 
 
 def _conda_python(prefix: str) -> Path:
     """The python of a conda env: bin/python, or python.exe at the prefix on Windows."""
-    if os.name == "nt":
-        return Path(prefix) / "python.exe"
-    return Path(prefix) / "bin" / "python"
+    return Path(prefix) / ("python.exe" if os.name == "nt" else "bin/python")
 
 
 def _conda_env() -> dict[str, str]:
@@ -176,49 +144,37 @@ def conda_envs(conda: str) -> dict[str, str]:
     """Conda env name -> prefix, from `<conda> env list --json`."""
     cmd = [conda, "env", "list", "--json"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_conda_env())
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_conda_env(),
+                             check=True)
+        return {Path(prefix).name: prefix for prefix in json.loads(out.stdout)["envs"]}
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvError(f"`{shlex.join(cmd)}` did not run ({exc}); check that {conda} works") from exc
-    if out.returncode != 0:
-        raise EnvError(
-            f"`{shlex.join(cmd)}` failed with exit code {out.returncode}: {out.stderr.strip()[-500:]}\n"
-            f"Check that {conda} works, or set GPUBENCH_CONDA=none to use venvs instead"
-        )
-    try:
-        prefixes = json.loads(out.stdout)["envs"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EnvError(
-            f"`{shlex.join(cmd)}` printed no JSON with an \"envs\" list: {out.stdout.strip()[:300]!r}; "
-            f"update {conda}, or set GPUBENCH_CONDA=none to use venvs instead"
-        ) from exc
-    return {Path(prefix).name: prefix for prefix in prefixes}
+        why = f"did not run ({exc})"
+    except subprocess.CalledProcessError as exc:
+        why = f"failed with exit code {exc.returncode}: {exc.stderr.strip()[-500:]}"
+    except (ValueError, KeyError, TypeError):
+        why = f"printed no JSON with an \"envs\" list: {out.stdout.strip()[:300]!r}"
+    raise EnvError(f"`{shlex.join(cmd)}` {why}\nCheck that {conda} works (or update it), or set "
+                   "GPUBENCH_CONDA=none to use venvs instead")
 
 
-def _display_name(kernel: str, version: tuple[int, int]) -> str:
-    """The kernel's name in Jupyter's launcher: "Python 3.11 (gpubench-cpu)"."""
-    return f"Python {version[0]}.{version[1]} ({kernel})"
-
-
-def _run(
-    cmd: list[str], step: str, hint: str, *, cwd: Path, echo: Callable, env: dict | None = None
-) -> bool:
+def _run(cmd: list[str], step: str, hint: str, *, cwd: Path, echo: Callable,
+         env: dict | None = None) -> bool:
     """Print and run one setup step with its output streaming; on failure say which step and what to do."""
     echo("$ " + shlex.join(cmd))
     sys.stdout.flush()  # keep our lines in order with the child's when output is piped
     try:
         code = subprocess.run(cmd, cwd=cwd, env=env).returncode
+        why = f" (exit code {code})"
     except OSError as exc:
-        echo(f"\nsetup failed at step: {step}\n{cmd[0]} could not run: {exc}\n{hint}")
-        return False
+        code, why = None, f"\n{cmd[0]} could not run: {exc}"
     if code != 0:
-        echo(f"\nsetup failed at step: {step} (exit code {code})\n{hint}")
-        return False
-    return True
+        echo(f"\nsetup failed at step: {step}{why}\n{hint}")
+    return code == 0
 
 
 def _conda_create_cmd(conda: str, env: str, yml: str, exists: bool) -> list[str]:
     """The command that creates conda env `env` from `yml`, or updates it when it exists."""
-    if _is_micromamba(conda):
+    if Path(conda).name.lower().startswith("micromamba"):  # its create/update spelling differs
         if exists:
             return [conda, "update", "-y", "-n", env, "-f", yml]
         return [conda, "create", "-y", "-f", yml]
@@ -260,37 +216,22 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
 
 def _register(python: list[str], name: str, version: tuple[int, int], root: Path, hint: str,
               echo: Callable, env: dict | None = None) -> bool:
-    """Register env `name`'s kernel in this checkout's folder, then with --user.
-
-    The --user step holds a per-user lock: `ipykernel install` deletes and re-copies the
-    kernel folder, so two at once crash one of them (its logo-svg.svg vanishes).
-    """
+    """Register env `name`'s kernel in this checkout's folder, then with --user."""
     kernel = kernel_name(name)
     base = [*python, "-m", "ipykernel", "install", "--user", "--name", kernel]
-    here = base + ["--display-name", f"{_display_name(kernel, version)} {root}",
-                   "--env", "PYTHONPATH", str(root)]
+    display = f"Python {version[0]}.{version[1]} ({kernel})"  # as Jupyter's launcher shows it
+    here = base + ["--display-name", f"{display} {root}", "--env", "PYTHONPATH", str(root)]
     env = dict(env if env is not None else os.environ)
     step = f"register the Jupyter kernel {kernel}"
     if not _run(here, step + " for this checkout", hint, cwd=root, echo=echo,
                 env={**env, "JUPYTER_DATA_DIR": str(checkout_kernels_dir(root))}):
         return False
+    # `ipykernel install --user` deletes and re-copies the kernel folder: two at once crash one
+    # of them (its logo-svg.svg vanishes), so they take turns under a per-user lock.
     user = os.getuid() if hasattr(os, "getuid") else 0
     with locked(Path(tempfile.gettempdir()) / f"gpubench-kernels-{user}.lock"):
-        return _run(base + ["--display-name", _display_name(kernel, version)], step + " (--user)",
-                    hint, cwd=root, echo=echo, env=env)
-
-
-def _pyproject_digest(root: Path) -> str:
-    """sha256 of pyproject.toml: the stamp that says a venv's pip install is current."""
-    return hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()
-
-
-def _stamp_matches(stamp: Path, digest: str) -> bool:
-    """Whether the stamp file holds `digest`."""
-    try:
-        return stamp.read_text().strip() == digest
-    except OSError:
-        return False
+        return _run(base + ["--display-name", display], step + " (--user)", hint, cwd=root,
+                    echo=echo, env=env)
 
 
 def _create_venv(root: Path, dirname: str, echo: Callable) -> bool:
@@ -320,14 +261,14 @@ def _create_venv(root: Path, dirname: str, echo: Callable) -> bool:
 def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
     """Make the venv of `name`, pip install gpubench with its extra (unless stamped), register its kernel."""
     dirname = VENV_DIRS[name]
-    kernel = kernel_name(name)
     python = _venv_python(root / dirname)
     if not python.exists() and not _create_venv(root, dirname, echo):
         return False
-    stamp = root / dirname / STAMP_NAME
-    digest = _pyproject_digest(root)
+    # The stamp holds pyproject.toml's sha256 when the venv's pip install is current.
+    stamp = root / dirname / ".gpubench-installed"
+    digest = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()
     spec = f".[{name},test]"
-    if _stamp_matches(stamp, digest):
+    if stamp.is_file() and stamp.read_text().strip() == digest:
         echo(f"{dirname}: gpubench{spec[1:]} is installed for this pyproject.toml; skipping pip")
     else:
         ok = _run(
@@ -402,7 +343,7 @@ def driver_python(root: Path | None = None) -> str:
 
 
 def kernel_specs() -> dict[str, dict]:
-    """Env name -> its installed gpubench-ENV kernelspec: {kernel, argv, env, display_name, resource_dir}."""
+    """Env name -> its gpubench-ENV kernel: jupyter_client's spec dict plus kernel and resource_dir."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - not in bare python3
     except ImportError as exc:
@@ -410,27 +351,15 @@ def kernel_specs() -> dict[str, dict]:
             f"jupyter_client is not installed in {sys.executable}; run this with the gpubench env's "
             "python (`make envs`, or `python3 -m gpubench envs --driver` names it), or `make setup` first"
         ) from exc
-    specs = {}
-    for name, info in sorted(KernelSpecManager().get_all_specs().items()):
-        if not name.startswith(KERNEL_PREFIX):
-            continue
-        spec = info["spec"]
-        specs[name[len(KERNEL_PREFIX):]] = {
-            "kernel": name,
-            "argv": list(spec.get("argv") or []),
-            "env": dict(spec.get("env") or {}),
-            "display_name": spec.get("display_name", name),
-            "resource_dir": info["resource_dir"],
-        }
-    return specs
+    return {name.removeprefix(KERNEL_PREFIX): {**info["spec"], "kernel": name,
+                                              "resource_dir": info["resource_dir"]}
+            for name, info in sorted(KernelSpecManager().get_all_specs().items())
+            if name.startswith(KERNEL_PREFIX)}
 
 
 def foreign_kernel(spec: dict) -> str | None:
-    """Why a kernel (from kernel_specs) would run another checkout's code, or None when it is ours.
-
-    Ours: registered in this checkout's folder, or told PYTHONPATH=this checkout, or running
-    a Python inside this checkout (.venv). A conda env's --user kernel is none of these.
-    """
+    """Why a kernel (from kernel_specs) would run another checkout's code, or None when it is ours:
+    registered in this checkout's folder, given PYTHONPATH=this checkout, or a python inside it."""
     root = project_root()
     python = os.path.abspath(spec["argv"][0]) if spec["argv"] else ""
     if (Path(spec["resource_dir"]).resolve().is_relative_to(checkout_kernels_dir().resolve())
@@ -485,13 +414,10 @@ def probe(env: str, timeout: float = 120) -> dict:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
     try:  # the script's last line is its report; TensorFlow may print before it
-        report = json.loads("".join(output).strip().splitlines()[-1])
+        return {**result, **json.loads("".join(output).strip().splitlines()[-1])}
     except (ValueError, IndexError):
         result["error"] = "its kernel printed no probe report: " + "".join(output)[-300:]
         return result
-    result.update({key: report.get(key) for key in result if key in report})
-    result["gpus"] = list(report.get("gpus") or [])
-    return result
 
 
 def is_gpu_env(env: str) -> bool:
@@ -502,11 +428,8 @@ def is_gpu_env(env: str) -> bool:
 def _gpu_cell(info: dict) -> str:
     """The GPU column of the report: "GPU: yes (GPU:0)", "GPU: no" or "GPU: unknown"."""
     if info["gpus"]:
-        names = ", ".join(name.removeprefix("/physical_device:") for name in info["gpus"])
-        return f"GPU: yes ({names})"
-    if info["tensorflow"] is None:
-        return "GPU: unknown"
-    return "GPU: no"
+        return f"GPU: yes ({', '.join(n.removeprefix('/physical_device:') for n in info['gpus'])})"
+    return "GPU: unknown" if info["tensorflow"] is None else "GPU: no"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -546,11 +469,8 @@ def envs_report() -> str:
              f"this checkout: {project_root()}):", ""]
     if probes:
         rows = [["env", "kernel", "TensorFlow", "GPU", "python", "checkout (gpubench it runs)"]]
-        for info in probes:
-            rows.append([
-                info["env"], info["kernel"], info["tensorflow"] or "-", _gpu_cell(info),
-                info["executable"] or "-", info["checkout"] or "-",
-            ])
+        rows += [[info["env"], info["kernel"], info["tensorflow"] or "-", _gpu_cell(info),
+                  info["executable"] or "-", info["checkout"] or "-"] for info in probes]
         lines += _table(rows)
     else:
         lines.append("no gpubench kernels are registered")

@@ -1,23 +1,24 @@
 """The book's matrix-multiplication test, done the book's way and the rigorous way.
 
-book:      build two random-normal matrices on the device, multiply, sum, and time
-           one run that includes all of that set-up (what the chapter's
-           `performanceTest` timed with one `sess.run`).
-rigorous:  the matrices exist on the device beforehand; the product runs as a
-           compiled `tf.function`; warm-up, device sync, the median of repeats.
+book:      build two random-normal matrices on the device, multiply, sum, and time one run
+           that includes all of that set-up (what the chapter's `performanceTest` timed with
+           one `sess.run`).
+rigorous:  the matrices exist on the device beforehand; the product runs as a compiled
+           `tf.function`; warm-up, device sync, the median of repeats.
 Both report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from gpubench import checks, devices, peaks, results, timing
 from gpubench._tf import tensorflow
+from gpubench.notebook import check_value
 
 METHODS = ("book", "rigorous")
-DTYPES = ("float32", "float64", "float16", "bfloat16")
 # The book's stored performanceTest figures (BOOK.md): seconds of one run at each size,
 # on its GeForce GT 720 and on its CPU, timed the book's way (single run, set-up included).
 BOOK_SECONDS = {
@@ -25,48 +26,21 @@ BOOK_SECONDS = {
     "cpu": {500: 0.185, 1000: 0.132, 2000: 0.435, 3000: 0.977, 4000: 2.030, 5000: 3.656},
 }
 BOOK_LABEL = "book: GT 720 / its CPU"
-BOOK_METHOD = "book (single run)"
 # The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
 GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 
 
-def flops(size: int) -> int:
-    """Floating-point operations of one n x n by n x n product."""
-    return 2 * size**3
-
-
-def check_sizes(sizes: Iterable) -> list[int]:
-    """Return `sizes` as a list of positive ints, or raise naming the bad value."""
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
-        sizes = [sizes]
-    checked = []
-    for size in sizes:
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise ValueError(
-                f"matrix size {size!r} is not a positive integer; "
-                "pass sizes such as [500, 1000, 1500]"
-            )
-        checked.append(size)
-    if not checked:
-        raise ValueError("sizes is empty; pass at least one positive integer such as [1000]")
-    return checked
-
-
-def check_dtype(dtype: str) -> str:
-    """Return `dtype` if supported, or raise naming it and the accepted ones."""
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-    return dtype
-
-
 def check_dtypes(dtypes) -> list[str]:
     """Return one dtype or a list of them as a list of supported dtypes, or raise naming the bad one."""
-    if isinstance(dtypes, str):
-        dtypes = [dtypes]
-    if not isinstance(dtypes, (list, tuple)) or not dtypes:
-        raise ValueError(f"dtype {dtypes!r} is neither a dtype nor a non-empty list; pass e.g. "
-                         '"float32" or ["float32", "bfloat16"]')
-    return [check_dtype(dtype) for dtype in dtypes]
+    checked = check_value("dtype", [None] if dtypes is None else dtypes)
+    return [checked] if isinstance(checked, str) else checked
+
+
+def check_method(method: str) -> str:
+    """Return `method` if known, or raise naming it and the accepted ones."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    return method
 
 
 def unsupported_reason(device: str, dtype: str) -> str | None:
@@ -74,22 +48,14 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
     minimum = GPU_MIN_CAPABILITY.get(dtype)
     if device == "cpu" or minimum is None:
         return None
-    capability = _compute_capability(device)
-    if capability is not None and tuple(capability) < minimum:
+    tf, index = tensorflow(), int(device.split(":")[1])
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[index]) if index < len(gpus) else {}
+    capability = tuple(details.get("compute_capability") or minimum)  # unknown: let it try
+    if capability < minimum:
         return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
                 f"{minimum[0]}.{minimum[1]} or newer")
     return None
-
-
-def _compute_capability(device: str) -> tuple[int, int] | None:
-    """(major, minor) of GPU `device` as TensorFlow reports it; None when it cannot tell."""
-    tf = tensorflow()
-    index = int(device.split(":")[1])
-    gpus = tf.config.list_physical_devices("GPU")
-    if index >= len(gpus):
-        return None
-    details = tf.config.experimental.get_device_details(gpus[index])
-    return details.get("compute_capability")
 
 
 def spec_peak(device: str, dtype: str) -> float | None:
@@ -105,14 +71,7 @@ def spec_peak(device: str, dtype: str) -> float | None:
     return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=tf32)
 
 
-def check_method(method: str) -> str:
-    """Return `method` if known, or raise naming it and the accepted ones."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    return method
-
-
-def _book_seconds(tf_device: str, size: int, dtype: str) -> float:
+def _book(tf_device: str, size: int, dtype: str) -> timing.Measurement:
     """One timed run including the set-up, as the chapter's performanceTest does."""
     tf = tensorflow()
     start = time.perf_counter()
@@ -121,7 +80,8 @@ def _book_seconds(tf_device: str, size: int, dtype: str) -> float:
         x = tf.random.normal([size, size], dtype=dtype)
         total = tf.reduce_sum(tf.matmul(w, x))
     total.numpy()  # fetching the sum waits for the device, like sess.run did
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return timing.Measurement(first=seconds, times=[seconds])
 
 
 def _rigorous(tf_device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
@@ -150,39 +110,29 @@ def performance_test(
     notebook: str = "performanceTest",
     env: str | None = None,
 ) -> dict:
-    """Multiply two size x size matrices on `device_name`; return the measurement's record.
-
-    A size that does not fit in memory returns a record with status "oom" instead
-    of raising, so a sweep can go on.
-    """
+    """Multiply two size x size matrices on `device_name`; return its record ("oom" if too big)."""
     device = devices.resolve(device_name)
-    (size,) = check_sizes([size])
+    checks.positive_int("size", size)
     check_method(method)
-    check_dtype(dtype)
+    (dtype,) = check_dtypes([dtype])
     checks.positive_int("repeats", repeats)
-    env = env or results.default_env_name()
-    common = dict(notebook=notebook, env=env, device=device, size=size, dtype=dtype, method=method,
-                  spec_peak_gflops=spec_peak(device, dtype))
+    common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
+                  size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype))
     reason = unsupported_reason(device, dtype)
     if reason is not None:
         return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
     try:
-        if method == "book":
-            seconds = _book_seconds(devices.tf_name(device), size, dtype)
-            fields = dict(seconds=seconds, seconds_min=seconds, seconds_max=seconds,
-                          seconds_iqr=0.0, first_seconds=seconds, repeats=1)
-        else:
-            m = _rigorous(devices.tf_name(device), size, dtype, repeats)
-            s = m.stats
-            fields = dict(seconds=s.median, seconds_min=s.min, seconds_max=s.max,
-                          seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n)
-    except Exception as exc:  # noqa: BLE001 - OOM is a result, anything else re-raised
+        m = (_book(devices.tf_name(device), size, dtype) if method == "book"
+             else _rigorous(devices.tf_name(device), size, dtype, repeats))
+    except Exception as exc:  # noqa: BLE001 - OOM is a result, so a sweep goes on; others re-raised
         if not checks.is_oom(exc):
             raise
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return results.make_record("matmul", status="oom", error=message, repeats=0, **common)
-    return results.make_record("matmul", gflops=flops(size) / fields["seconds"] / 1e9,
-                               **fields, **common)
+    s = m.stats
+    return results.make_record("matmul", seconds=s.median, seconds_min=s.min, seconds_max=s.max,
+                               seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
+                               gflops=2 * size**3 / s.median / 1e9, **common)
 
 
 def sweep(
@@ -197,13 +147,9 @@ def sweep(
     notebook: str = "performanceTest",
     progress: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Run `performance_test` for every size, device, dtype and method; store each record as it is made.
-
-    `dtype` is one dtype or a list of them. Everything is validated before the
-    first measurement, so bad input writes nothing. Sizes are the outer loop and
-    devices keep the order given (the book: GPU, then CPU).
-    """
-    sizes = check_sizes(sizes)
+    """`performance_test` for every size, device (in the order given), dtype (one or a list) and
+    method, storing each record as made; input is checked first, so bad input writes nothing."""
+    sizes = check_value("sizes", sizes)
     resolved = [devices.resolve(name) for name in device_names]
     if not resolved:
         raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
@@ -212,17 +158,14 @@ def sweep(
     dtypes = check_dtypes(dtype)
     checks.positive_int("repeats", repeats)
     records = []
-    for size in sizes:
-        for device in resolved:
-            for one_dtype in dtypes:
-                for method in methods:
-                    record = performance_test(device, size, method, repeats, one_dtype,
-                                              notebook=notebook, env=env)
-                    if store is not None:
-                        store.append(record)
-                    records.append(record)
-                    if progress is not None:
-                        progress(record)
+    for size, device, one_dtype, method in itertools.product(sizes, resolved, dtypes, methods):
+        record = performance_test(device, size, method, repeats, one_dtype, notebook=notebook,
+                                  env=env)
+        if store is not None:
+            store.append(record)
+        records.append(record)
+        if progress is not None:
+            progress(record)
     return records
 
 

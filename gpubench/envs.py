@@ -109,15 +109,11 @@ def find_conda() -> str | None:
     choice = os.environ.get("GPUBENCH_CONDA", "").strip()
     if choice.lower() == "none":
         return None
-    if choice:
-        found = shutil.which(choice)
-        if found is None:
-            raise EnvError(
-                f"GPUBENCH_CONDA={choice!r} is not a command on PATH; set it to mamba, conda, "
-                "micromamba or the full path of one, or to none to use venvs"
-            )
-        return found
-    return next(filter(None, map(shutil.which, CONDA_TOOLS)), None)
+    found = next(filter(None, map(shutil.which, [choice] if choice else CONDA_TOOLS)), None)
+    if choice and found is None:
+        raise EnvError(f"GPUBENCH_CONDA={choice!r} is not a command on PATH; set it to mamba, "
+                       "conda, micromamba or the full path of one, or to none to use venvs")
+    return found
 
 
 def gpu_requested(gpu: bool) -> bool:
@@ -290,12 +286,9 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
 
 
 def setup(gpu: bool = False, *, root: Path | None = None, echo: Callable = print) -> int:
-    """Create the cpu env (and gpu env if asked or a GPU is found), register their kernels; 0 ok, 1 failed.
-
-    One setup per checkout at a time: a second one waits, then finds the work done.
-    """
+    """Make the cpu env (gpu too if asked or a GPU is found), register the kernels; 0 ok, 1 failed."""
     root = Path(root) if root is not None else project_root()
-    try:
+    try:  # one setup per checkout at a time: a second one waits, then finds the work done
         with locked(checkout_kernels_dir(root) / "setup.lock"):
             return _setup(gpu, root, echo)
     except OSError as exc:
@@ -442,22 +435,16 @@ def _problems(info: dict) -> list[str]:
     """The warnings the report prints under the table for one probed kernel."""
     if info["error"]:
         return [f"ERROR: {info['kernel']}: {info['error']}"]
-    lines = []
+    warning, lines = f"WARNING: {info['kernel']}: ", []
     if is_gpu_env(info["env"]) and not info["gpus"]:
-        lines.append(
-            f"WARNING: {info['kernel']}: GPU env, but TensorFlow sees no GPU: run `gpubench doctor` "
-            f"in that env (`{info['executable']} -m gpubench doctor`)"
-        )
+        lines.append(warning + "GPU env, but TensorFlow sees no GPU: run `gpubench doctor` in that "
+                     f"env (`{info['executable']} -m gpubench doctor`)")
     if info["gpubench"] is None:
-        lines.append(
-            f"WARNING: {info['kernel']}: gpubench does not import in this kernel, so the notebooks "
-            "will fail there; run `make setup` (it installs gpubench into the env)"
-        )
+        lines.append(warning + "gpubench does not import in this kernel, so the notebooks will "
+                     "fail there; run `make setup` (it installs gpubench into the env)")
     elif Path(info["checkout"]) != project_root():
-        lines.append(
-            f"WARNING: {info['kernel']}: runs the gpubench of {info['checkout']}, not of this "
-            "checkout; run `make setup` here"
-        )
+        lines.append(warning + f"runs the gpubench of {info['checkout']}, not of this checkout; "
+                     "run `make setup` here")
     return lines
 
 

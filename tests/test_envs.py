@@ -159,6 +159,17 @@ def test_conda_failing_kernel_registration_names_the_step(bin_dir, root, tmp_pat
     assert "setup failed at step: register the Jupyter kernel gpubench-cpu" in "\n".join(out)
 
 
+@pytest.mark.parametrize(("body", "why"), [("echo boom >&2; exit 3", "failed with exit code 3: boom"),
+                                           ("echo notjson", "printed no JSON with an \"envs\" list")])
+def test_conda_env_list_failure_says_why(bin_dir, root, body, why):
+    write_script(bin_dir / "conda", body + "\n")
+    out: list[str] = []
+    assert envs.setup(root=root, echo=out.append) == 1
+    printed = "\n".join(out)
+    assert "setup failed at step: list the conda envs" in printed and why in printed
+    assert "GPUBENCH_CONDA=none" in printed
+
+
 def test_conda_missing_yml_fails_clearly(bin_dir, root, tmp_path):
     fake_conda(bin_dir, "conda", tmp_path / "conda.log", ENVS_ABSENT)
     (root / "environment-cpu.yml").unlink()

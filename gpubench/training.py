@@ -5,7 +5,7 @@ Arrays are prepared once and stay in memory, so the data is never the bottleneck
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,16 +41,15 @@ class TrainRun:
 
     model: object
     timer: timing.EpochTimer
-    history: dict = field(default_factory=dict)
-    test_loss: float | None = None
-    test_accuracy: float | None = None
-    record: dict = field(default_factory=dict)
+    history: dict
+    test_loss: float
+    test_accuracy: float
+    record: dict
 
 
 def prepare(model_name: str, data: Dataset) -> Split:
     """Scale images to [0, 1], shape them for `model_name`, and hold out the validation set."""
-    if model_name not in INPUT_SHAPES:
-        raise ValueError(f"unknown model {model_name!r}; use one of {', '.join(models.MODELS)}")
+    check_value("model", model_name)
     if data.x_train.shape[1:] != IMAGE_SHAPES[model_name]:
         raise ValueError(
             f"dataset {data.name!r} has images of shape {data.x_train.shape[1:]}, but "
@@ -60,10 +59,8 @@ def prepare(model_name: str, data: Dataset) -> Split:
     n_val = int(round(len(data.x_train) * VALIDATION_FRACTION[model_name]))
     if len(data.x_train) - n_val < 1:
         raise ValueError(f"only {len(data.x_train)} training images; use max_train_samples >= 10")
-    x, y = scale(model_name, data.x_train), data.y_train.astype(np.int64)
-    cut = len(x) - n_val
-    return Split(x[:cut], y[:cut], x[cut:], y[cut:],
-                 scale(model_name, data.x_test), data.y_test.astype(np.int64))
+    x, y, cut = scale(model_name, data.x_train), data.y_train, len(data.x_train) - n_val
+    return Split(x[:cut], y[:cut], x[cut:], y[cut:], scale(model_name, data.x_test), data.y_test)
 
 
 def scale(model_name: str, images: np.ndarray) -> np.ndarray:
@@ -76,9 +73,8 @@ def build_model(model_name, device: str, *, precision: str = "float32",
                 learning_rate: float | None = None, xla: str = "off", steps_per_execution: int = 1):
     """Build and compile `model_name` (or a builder) on `device` under the dtype policy `precision`,
     with `xla` ("off", "on", "auto") as jit_compile; `learning_rate` None keeps the book's."""
-    builder = models.BUILDERS.get(model_name, model_name)
-    if not callable(builder):
-        raise ValueError(f"unknown model {model_name!r}; use one of {', '.join(models.MODELS)}")
+    builder = (model_name if callable(model_name)
+               else models.BUILDERS[check_value("model", model_name)])
     options = dict(jit_compile=JIT_COMPILE[check_value("xla", xla)],
                    steps_per_execution=checks.positive_int("steps_per_execution",
                                                            steps_per_execution))
@@ -108,23 +104,26 @@ def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
 def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
           store: results.ResultsStore | None = None, env: str | None = None, notebook: str = "",
           verbose: int = 2) -> TrainRun:
-    """Fit `model` on `data` for `epochs` on `device`, evaluate it, and store one `train` record.
-
-    If training stops with an error or Ctrl-C, a record with the epochs measured so
-    far is stored (status "oom" or "error") before the exception goes on.
-    """
+    """Fit `model` on `data` for `epochs` on `device`, evaluate it, and store one `train` record
+    (on an error or Ctrl-C as well: status "oom" or "error", with the epochs measured so far)."""
     checks.positive_int("epochs", epochs)
     checks.positive_int("batch_size", batch_size)
     device = devices.resolve(device)
     split = prepare(model.name, data)
     timer = timing.EpochTimer()
-    run = TrainRun(model=model, timer=timer)
     fields = dict(
         notebook=notebook, env=env or results.default_env_name(), device=device, model=model.name,
         dataset=data.name, data_source=data.source, epochs=epochs, batch_size=batch_size,
         train_samples=len(split.x_train), validation_samples=len(split.x_val),
         **mode_fields(model),
     )
+
+    def record(**outcome) -> dict:
+        made = results.make_record("train", **outcome, **fields, **_timing_fields(timer, fields))
+        if store is not None:
+            store.append(made)
+        return made
+
     try:
         with devices.scope(device):
             history = model.fit(
@@ -132,25 +131,14 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
                 validation_data=(split.x_val, split.y_val) if len(split.x_val) else None,
                 callbacks=[timer], verbose=verbose,
             )
-            run.history = dict(history.history)
-            loss, accuracy = model.evaluate(split.x_test, split.y_test,
-                                            batch_size=batch_size, verbose=0)
+            loss, accuracy = map(float, model.evaluate(split.x_test, split.y_test,
+                                                       batch_size=batch_size, verbose=0))
     except BaseException as exc:
-        status = "oom" if checks.is_oom(exc) else "error"
         message = f"{type(exc).__name__} after {len(timer.epoch_seconds)} epoch(s): {exc}"
-        record = results.make_record("train", status=status, error=message.strip(),
-                                     **fields, **_timing_fields(timer, fields))
-        if store is not None:
-            store.append(record)
+        record(status="oom" if checks.is_oom(exc) else "error", error=message.strip())
         raise
-    run.test_loss, run.test_accuracy = float(loss), float(accuracy)
-    run.record = results.make_record(
-        "train", test_loss=run.test_loss, test_accuracy=run.test_accuracy,
-        **fields, **_timing_fields(timer, fields),
-    )
-    if store is not None:
-        store.append(run.record)
-    return run
+    return TrainRun(model, timer, dict(history.history), loss, accuracy,
+                    record(test_loss=loss, test_accuracy=accuracy))
 
 
 def _timing_fields(timer: timing.EpochTimer, fields: dict) -> dict:

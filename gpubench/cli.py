@@ -1,7 +1,7 @@
-"""The `gpubench` command: run, report, setup, envs, doctor.
+"""The `gpubench` command: run, report, setup, envs, doctor, scaling.
 
-Exit codes: 0 all ok, 1 some notebook (or check) failed, 2 bad usage or input.
-`setup` and `envs` need only the standard library, so a bare `python3 -m gpubench setup`
+Exit codes: 0 all ok, 1 some notebook (or check) failed, 2 bad usage or input. The modules
+imported at the top need only the standard library, so a bare `python3 -m gpubench setup`
 can bootstrap everything else.
 """
 
@@ -12,7 +12,7 @@ import json
 import sys
 import warnings
 
-from gpubench import __version__
+from gpubench import __version__, envs, results, runner
 
 
 def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.ArgumentParser:
@@ -74,22 +74,15 @@ def _parser() -> argparse.ArgumentParser:
                       "gpubench doctor", "gpubench doctor --gpu   # exit 1 unless a GPU is usable")
     doctor.add_argument("--gpu", action="store_true", help="exit 1 unless a GPU is usable")
     doctor.add_argument("--json", action="store_true", help="print the snapshot as JSON")
-    _add_scaling(sub)
-    return parser
 
-
-def _add_scaling(sub) -> None:
-    """The `scaling` subcommand (issue 10): data-parallel training on several workers."""
-    scaling = sub.add_parser(
-        "scaling", help="multi-worker training with tf.distribute: local workers or one machine "
-                        "of a cluster",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-               "  gpubench scaling --local-workers 2 --profile quick\n"
-               "  # on each machine of a cluster, the same list and its own index:\n"
-               "  gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345 --index 0 --out runs/s1\n"
-               "  gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345 --index 1\n"
-               "worker 0 writes the records to RUN_DIR/results.jsonl; then: gpubench report RUN_DIR")
+    cluster = "gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345"
+    scaling = _command(sub, "scaling", "multi-worker training with tf.distribute: local workers "
+                       "or one machine of a cluster",
+                       "gpubench scaling --local-workers 2 --profile quick",
+                       "# on each machine of a cluster, the same list and its own index:",
+                       f"{cluster} --index 0 --out runs/s1", f"{cluster} --index 1",
+                       description="Worker 0 writes the records to RUN_DIR/results.jsonl;\n"
+                                   "then: gpubench report RUN_DIR")
     where = scaling.add_mutually_exclusive_group(required=True)
     where.add_argument("--local-workers", type=int, metavar="N",
                        help="start N workers on 127.0.0.1 (free ports), one machine as a cluster")
@@ -102,6 +95,7 @@ def _add_scaling(sub) -> None:
     scaling.add_argument("--replicas", type=int, metavar="N",
                          help="devices each worker trains on (default: every GPU, else the CPU)")
     scaling.add_argument("--out", help="run directory for the records (default: runs/scaling-<id>)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpubench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a read-only or full disk: say which file, never a traceback
-        from gpubench import results  # noqa: PLC0415
-
         print(f"gpubench {args.command}: error: cannot write {exc.filename or 'a file'}: "
               f"{results.write_problem(exc)}; free some space or choose a writable folder",
               file=sys.stderr)
@@ -127,8 +119,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpubench import runner  # noqa: PLC0415
-
     return runner.run(
         profile=args.profile, env_names=runner.split_names(args.envs),
         notebooks=runner.split_names(args.notebooks), out=args.out, resume=args.resume,
@@ -139,30 +129,19 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from gpubench import report  # noqa: PLC0415
 
-    path = report.build(report.find_runs(args.run_dirs), args.out)
-    print(f"Report: {path}")
+    print(f"Report: {report.build(report.find_runs(args.run_dirs), args.out)}")
     return 0
 
 
-def _setup(args: argparse.Namespace) -> int:
-    from gpubench import envs  # noqa: PLC0415
-
-    return envs.setup(gpu=args.gpu)
-
-
 def _envs(args: argparse.Namespace) -> int:
-    from gpubench import envs  # noqa: PLC0415
-
-    if args.driver:
-        print(envs.driver_python())
-    else:
+    if not args.driver:
         envs.use_checkout_kernels()
-        print(envs.envs_report())
+    print(envs.driver_python() if args.driver else envs.envs_report())
     return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from gpubench import devices, notebook, results  # noqa: PLC0415
+    from gpubench import devices, notebook  # noqa: PLC0415
 
     snapshot = results.environment_snapshot()
     if args.json:
@@ -185,5 +164,5 @@ def _scaling(args: argparse.Namespace) -> int:
     return scaling.cli_main(args)
 
 
-_COMMANDS = {"run": _run, "report": _report, "setup": _setup, "envs": _envs, "doctor": _doctor,
-             "scaling": _scaling}
+_COMMANDS = {"run": _run, "report": _report, "setup": lambda args: envs.setup(gpu=args.gpu),
+             "envs": _envs, "doctor": _doctor, "scaling": _scaling}

@@ -1,9 +1,8 @@
 """`gpubench run`: every notebook, in every env's kernel, with papermill; then the report.
 
-Run directory (DESIGN.md), plus RUN_DIR/run.json (the jobs; `--resume` reads it) and
-RUN_DIR/run.lock (flock-ed by the running process; the OS drops it when that dies).
-Kernels die with the runner; Ctrl-C or SIGTERM interrupts the kernel first, so the
-notebook keeps what it measured; a second one stops at once.
+RUN_DIR/run.json holds the jobs (`--resume` reads it); RUN_DIR/run.lock is flock-ed by the
+running process. Kernels die with the runner; a first Ctrl-C or SIGTERM interrupts the kernel,
+so the notebook keeps what it measured; a second one stops at once.
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from unittest import mock
 
 from gpubench import envs, profiles, results
 
 # papermill -> nbformat -> jsonschema builds rfc3987_syntax's URI grammar at import: ~3.5 s of
-# CPU for a format check neither of them uses. Without it a typo in -p is reported in a second.
+# CPU before the first notebook, for a format check neither of them uses.
 sys.modules.setdefault("rfc3987_syntax", None)
 
 MANIFEST = "run.json"
@@ -51,20 +49,6 @@ class Job:
     attempt: int = 0  # how many times the job was executed; its records carry this number
     extra: dict | None = None  # parameters the runner adds (Multi_GPU_Scaling's virtual devices)
 
-    @property
-    def kernel(self) -> str:
-        """The Jupyter kernel of this job's env."""
-        return envs.kernel_name(self.env)
-
-    def output(self, run_dir: Path) -> Path:
-        """Where papermill writes the executed notebook."""
-        return run_dir / self.env / f"{self.notebook}.ipynb"
-
-
-def env_device(env: str) -> str:
-    """The device a training notebook uses in an env: "gpu" in GPU envs, else "cpu"."""
-    return "gpu" if envs.is_gpu_env(env) else "cpu"
-
 
 def notebooks_dir() -> Path:
     """The folder of the source notebooks."""
@@ -84,24 +68,25 @@ def split_names(text: str | None) -> list[str] | None:
 
 
 def check_notebooks(names: list[str] | None) -> list[str]:
-    """The notebooks to run, in the canonical order; unknown names are a usage error."""
-    if names is None:
-        return list(profiles.NOTEBOOKS)
-    unknown = [n for n in names if n not in profiles.NOTEBOOKS]
+    """The notebooks to run, in the canonical order; unknown or missing ones are a usage error."""
+    unknown = [n for n in names or [] if n not in profiles.NOTEBOOKS]
     if unknown:
         raise UsageError(f"unknown notebook(s) {', '.join(unknown)}; "
                          f"use some of {', '.join(profiles.NOTEBOOKS)}")
-    return [n for n in profiles.NOTEBOOKS if n in names]
+    chosen = [n for n in profiles.NOTEBOOKS if names is None or n in names]
+    if missing := [n for n in chosen if not (notebooks_dir() / f"{n}.ipynb").is_file()]:
+        raise UsageError(f"notebook(s) {', '.join(missing)} missing from {notebooks_dir()}; "
+                         "restore them (git checkout notebooks) or leave them out with --notebooks")
+    return chosen
 
 
 def check_envs(names: list[str] | None) -> list[str]:
     """The envs to run: the standard ones plus registered variants; unknown names are an error."""
-    registered = sorted(envs.kernel_specs())
+    known = list(dict.fromkeys([*envs.STANDARD_ENVS, *sorted(envs.kernel_specs())]))
     if names is None:
-        return list(envs.STANDARD_ENVS) + [e for e in registered if e not in envs.STANDARD_ENVS]
-    unknown = [n for n in names if n not in envs.STANDARD_ENVS and n not in registered]
+        return known
+    unknown = [n for n in names if n not in known]
     if unknown:
-        known = list(envs.STANDARD_ENVS) + [e for e in registered if e not in envs.STANDARD_ENVS]
         raise UsageError(f"unknown env(s) {', '.join(unknown)}; use some of {', '.join(known)} "
                          f"(an env is a Jupyter kernel named {envs.kernel_name('ENV')})")
     return list(dict.fromkeys(names))
@@ -120,38 +105,27 @@ def parse_params(items: list[str] | None) -> dict[str, dict]:
             check_notebooks([target])
         if name in RUNNER_PARAMS:
             raise UsageError(f"-p {name} belongs to the runner; use {RUNNER_PARAMS[name]} instead")
-        try:
-            parsed.setdefault(target, {})[name] = json.loads(value)
-        except json.JSONDecodeError:
-            parsed.setdefault(target, {})[name] = value
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+        parsed.setdefault(target, {})[name] = value
     return parsed
-
-
-def declared_parameters(notebook: str) -> list[str]:
-    """The names in a notebook's `parameters` cell, as papermill reads them."""
-    import papermill  # noqa: PLC0415 - only the driver env has it
-
-    path = notebooks_dir() / f"{notebook}.ipynb"
-    if not path.is_file():
-        raise UsageError(f"notebook {path} is missing; restore it (git checkout {path.name}) "
-                         "or leave it out with --notebooks")
-    return list(papermill.inspect_notebook(str(path)))
 
 
 def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
     """Refuse a -p name no notebook it targets declares, or a value its notebook would reject."""
     from gpubench import notebook as nb_rules  # noqa: PLC0415
 
+    # profiles.parameter_names is each parameters cell (test_notebooks checks it with papermill)
     targets = {scope: notebooks if scope == "*" else [scope] for scope in params}
-    declared = {nb: declared_parameters(nb) for scope in targets for nb in targets[scope]}
     for scope, values in params.items():
         for name in values:
-            if not any(name in declared[nb] for nb in targets[scope]):
-                takes = "; ".join(f"{nb} takes {', '.join(declared[nb])}" for nb in targets[scope])
+            if not any(name in profiles.parameter_names(nb) for nb in targets[scope]):
+                takes = "; ".join(f"{nb} takes {', '.join(profiles.parameter_names(nb))}"
+                                  for nb in targets[scope])
                 raise UsageError(f"unknown parameter -p {name}: {takes}")
     for nb in dict.fromkeys(nb for scope in targets for nb in targets[scope]):
         given = {name: value for scope in ("*", nb) for name, value in params.get(scope, {}).items()
-                 if name in declared[nb]}
+                 if name in profiles.parameter_names(nb)}
         try:
             nb_rules.check_params(nb, given)
         except ValueError as exc:
@@ -307,14 +281,16 @@ def _die_with_parent() -> object:
     return preexec
 
 
-def kernel_manager_class() -> type:
-    """jupyter_client's AsyncKernelManager, with kernels that die with the runner and can be interrupted."""
+def kernel_manager_class(env: dict[str, str] | None = None) -> type:
+    """jupyter_client's AsyncKernelManager: kernels that die with the runner, can be interrupted,
+    and get `env` on top of their own environment."""
     from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
 
     class RunnerKernelManager(AsyncKernelManager):
         """A kernel tied to the runner's life, listed in _Stop.kernels while it runs."""
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+            kw["env"] = {**kw.get("env", os.environ), **(env or {})}
             if sys.platform.startswith("linux"):
                 kw["preexec_fn"] = _die_with_parent()
             await super()._async_launch_kernel(kernel_cmd, **kw)
@@ -360,22 +336,18 @@ def _signals_stop_the_run():
 
 def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     """The papermill parameters of one job: profile, env, results path, device, and --param values."""
+    names = profiles.parameter_names(job.notebook)
     params = {"profile": manifest["profile"], "env_name": job.env,
               "results_path": str((run_dir / "results.jsonl").resolve()), **(job.extra or {})}
-    if "device" in profiles.parameter_names(job.notebook):
-        params["device"] = env_device(job.env)
-    for scope in ("*", job.notebook):
-        for name, value in manifest["params"].get(scope, {}).items():
-            if name in profiles.parameter_names(job.notebook):
-                params[name] = value
+    if "device" in names:
+        params["device"] = "gpu" if envs.is_gpu_env(job.env) else "cpu"
+    params.update({name: value for scope in ("*", job.notebook)
+                   for name, value in manifest["params"].get(scope, {}).items() if name in names})
     return params
 
 
 def kernel_config() -> dict:
-    """Keyword arguments for papermill (or a KernelManager) that encrypt the kernel's channels.
-
-    Silences ipykernel 7's warning about plain TCP; jupyter_client before 8.10 is asked nothing.
-    """
+    """papermill's (or a KernelManager's) keywords that encrypt the kernel's channels, if it can."""
     from jupyter_client.manager import KernelManager  # noqa: PLC0415
     from traitlets.config import Config  # noqa: PLC0415
 
@@ -398,23 +370,23 @@ def execute(job: Job, run_dir: Path, manifest: dict) -> None:
     """Run one notebook with papermill; set the job's attempt, status, time and error."""
     import papermill  # noqa: PLC0415 - only the driver env has it
 
-    output = job.output(run_dir)
+    output = run_dir / job.env / f"{job.notebook}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
     job.attempt += 1
+    env = {"GPUBENCH_RUN_ID": manifest["run_id"], "GPUBENCH_ATTEMPT": str(job.attempt),
+           "NO_COLOR": "1", "TERM": "dumb"}  # for the kernel
     start = time.perf_counter()
     try:
-        with mock.patch.dict(os.environ, GPUBENCH_RUN_ID=manifest["run_id"], NO_COLOR="1",
-                             GPUBENCH_ATTEMPT=str(job.attempt), TERM="dumb"):  # for the kernel
-            papermill.execute_notebook(
-                str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
-                parameters=job_parameters(job, run_dir, manifest), kernel_name=job.kernel,
-                log_output=True, progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
-                kernel_manager_class=kernel_manager_class(),
-                # Every record is already on disk when a notebook ends or is interrupted, so the
-                # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
-                # it print a zmq traceback.
-                shutdown_kernel="immediate",
-            )
+        papermill.execute_notebook(
+            str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
+            parameters=job_parameters(job, run_dir, manifest), log_output=True,
+            kernel_name=envs.kernel_name(job.env), kernel_manager_class=kernel_manager_class(env),
+            progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
+            # Every record is already on disk when a notebook ends or is interrupted, so the
+            # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
+            # it print a zmq traceback.
+            shutdown_kernel="immediate",
+        )
         if _records_written(run_dir, job):
             job.status, job.error = "ok", None
         else:
@@ -527,10 +499,12 @@ def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
 
 
 def _mark_unavailable(jobs: list[Job], manifest: dict) -> None:
-    """Skip envs without a kernel of this checkout; fail GPU envs whose TensorFlow sees no GPU;
-    apply Multi_GPU_Scaling's rule (scaling.include_in_run) with the GPUs each env sees."""
-    specs = envs.kernel_specs()
-    problems: dict[str, tuple[str, str] | None] = {}
+    """Skip envs without a kernel of this checkout, fail GPU envs whose TensorFlow sees no GPU;
+    Multi_GPU_Scaling runs on 2+ GPUs, or on 2 virtual CPU devices when quick or named."""
+    from gpubench import scaling  # noqa: PLC0415 - TensorFlow-free at import
+
+    specs, named = envs.kernel_specs(), manifest.get("named", [])
+    problems: dict[str, tuple[str, str]] = {}
     gpu_count: dict[str, int] = {}
     for env in dict.fromkeys(job.env for job in jobs):
         if env not in specs:
@@ -538,31 +512,23 @@ def _mark_unavailable(jobs: list[Job], manifest: dict) -> None:
                                         f"create it with {envs.SETUP_COMMANDS.get(env, '`make setup`')}")
         elif (foreign := envs.foreign_kernel(specs[env])) is not None:
             problems[env] = ("skipped", foreign)
-        elif env_device(env) == "gpu":
+        elif envs.is_gpu_env(env):
             info = envs.probe(env)
             gpu_count[env] = len(info["gpus"])
             if info["error"] or not info["gpus"]:
                 problems[env] = ("failed", info["error"] or info["diagnosis"]
                                  or "its TensorFlow sees no GPU")
     for job in jobs:
-        job.status, job.error = problems.get(job.env) or ("pending", None)
+        job.status, job.error = problems.get(job.env, ("pending", None))
         if job.status == "pending" and job.notebook == "Multi_GPU_Scaling":
-            _scaling_rule(job, gpu_count.get(job.env, 0), manifest)
-    for env, problem in problems.items():
-        if problem:
-            print(f"{problem[0].upper()} env {env}: {problem[1]}")
-
-
-def _scaling_rule(job: Job, gpus: int, manifest: dict) -> None:
-    """Multi_GPU_Scaling runs on 2+ GPUs, or on 2 virtual CPU devices when quick or named; else skipped."""
-    from gpubench import scaling  # noqa: PLC0415 - TensorFlow-free at import
-
-    job.extra = scaling.include_in_run(envs.is_gpu_env(job.env), gpus, manifest["profile"],
-                                       job.notebook in manifest.get("named", []))
-    if job.extra is None:
-        job.status = "skipped"
-        job.error = ("Multi_GPU_Scaling needs 2 or more GPUs in the full profile; name it "
-                     "(--notebooks Multi_GPU_Scaling) to run it on 2 virtual CPU devices")
+            job.extra = scaling.include_in_run(envs.is_gpu_env(job.env), gpu_count.get(job.env, 0),
+                                               manifest["profile"], job.notebook in named)
+            if job.extra is None:
+                job.status = "skipped"
+                job.error = ("Multi_GPU_Scaling needs 2 or more GPUs in the full profile; name it "
+                             "(--notebooks Multi_GPU_Scaling) to run it on 2 virtual CPU devices")
+    for env, (status, why) in problems.items():
+        print(f"{status.upper()} env {env}: {why}")
 
 
 def _save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
@@ -590,6 +556,4 @@ def _summary(jobs: list[Job]) -> int:
     counts = {s: sum(j.status == s for j in jobs) for s in ("ok", "failed", "skipped",
                                                               "interrupted")}
     print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
-    if counts["failed"] or counts["interrupted"] or not counts["ok"]:
-        return 1
-    return 0
+    return 1 if counts["failed"] or counts["interrupted"] or not counts["ok"] else 0

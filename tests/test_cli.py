@@ -84,6 +84,13 @@ def test_typo_exits_2_within_10_s_without_tensorflow():
     assert "epochs" in proc.stderr and proc.stdout.strip() == "noTF"
 
 
+def test_a_missing_notebook_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: tmp_path)
+    code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
+    assert code == 2 and f"performanceTest missing from {tmp_path}" in err and "git checkout" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_p_with_resume_is_refused(capsys, tmp_path):
     code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")), "-p", "repeats=2")
     assert code == 2 and "-p goes with a new run" in err
@@ -182,20 +189,26 @@ def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
 # ---- a job: attempt, records on disk, errors
 
 def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
-    """papermill.execute_notebook replaced: records what the kernel would see, may write a record."""
+    """papermill.execute_notebook replaced: no kernel, but the runner's kernel manager goes through
+    its launch, whose environment is recorded; may write a record."""
+    import asyncio
+
     import papermill
+    from jupyter_client.manager import AsyncKernelManager
 
     seen: list[dict] = []
 
+    async def launch(self, kernel_cmd, **kw):
+        seen.append({**kw["env"], "manager": type(self).__name__})
+
     def execute_notebook(source, output, parameters, kernel_manager_class, **kwargs):
-        seen.append({"attempt": os.environ["GPUBENCH_ATTEMPT"], "run_id": os.environ["GPUBENCH_RUN_ID"],
-                     "no_color": os.environ.get("NO_COLOR"), "manager": kernel_manager_class,
-                     "parameters": parameters})
+        asyncio.run(kernel_manager_class()._async_launch_kernel(["python"], env={"FROM_SPEC": "1"}))
         if write is not None:
-            write(parameters["results_path"], int(os.environ["GPUBENCH_ATTEMPT"]))
+            write(parameters["results_path"], int(seen[-1]["GPUBENCH_ATTEMPT"]))
         if raise_error is not None:
             raise raise_error
 
+    monkeypatch.setattr(AsyncKernelManager, "_async_launch_kernel", launch)
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
     return seen
 
@@ -217,9 +230,9 @@ def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, mo
     for attempt in (1, 2):
         runner.execute(job, tmp_path, manifest)
         assert (job.status, job.attempt) == ("ok", attempt)
-    assert [s["attempt"] for s in seen] == ["1", "2"] and seen[0]["run_id"] == "r1"
-    assert seen[0]["no_color"] == "1" and "GPUBENCH_ATTEMPT" not in os.environ
-    assert seen[0]["manager"].__name__ == "RunnerKernelManager"
+    assert [s["GPUBENCH_ATTEMPT"] for s in seen] == ["1", "2"] and seen[0]["GPUBENCH_RUN_ID"] == "r1"
+    assert seen[0]["NO_COLOR"] == "1" and seen[0]["FROM_SPEC"] == "1"  # added to the kernel's own
+    assert "GPUBENCH_ATTEMPT" not in os.environ and seen[0]["manager"] == "RunnerKernelManager"
 
 
 def test_a_notebook_without_records_on_disk_fails(tmp_path, monkeypatch):
@@ -293,7 +306,7 @@ def test_doctor_on_a_machine_without_a_gpu(capsys, fake_command, monkeypatch, sm
     assert _main(capsys, "doctor", "--gpu")[0] == 1
 
 
-@pytest.mark.parametrize("command", ["", "run", "report", "setup", "envs", "doctor"])
+@pytest.mark.parametrize("command", ["", "run", "report", "setup", "envs", "doctor", "scaling"])
 def test_every_help_has_an_example(command):
     parser = cli._parser()
     text = (parser._subparsers._group_actions[0].choices[command] if command else parser).format_help()

@@ -295,6 +295,7 @@ def test_the_kernel_dies_with_its_runner(tmp_path):
     runner_proc = _start(["--resume", str(run_dir)])
     results_file = run_dir / "results.jsonl"
     _wait_for_records(results_file, 2, runner_proc)
+    assert _processes_of_run("20261203T000000Z-test00")  # the kernel, with the run id it was given
     runner_proc.kill()
     runner_proc.wait()
     size = results_file.stat().st_size

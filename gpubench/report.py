@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import warnings
 from collections import defaultdict
@@ -36,24 +37,22 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
 
     Unreadable lines are skipped with a warning and added to `problems`.
     """
-    tagged = []
-    for run_dir in run_dirs:
-        for record in results.read_records(run_dir, problems):
-            record["_run_dir"] = str(run_dir)
-            tagged.append(record)
-    _label_columns(tagged)
-    return _dedupe(latest_attempts(tagged))
+    records = [record | {"_run_dir": str(run_dir)} for run_dir in run_dirs
+               for record in results.read_records(run_dir, problems)]
+    _label_columns(records)
+    return _dedupe(latest_attempts(records))
 
 
 def latest_attempts(records: list[dict]) -> list[dict]:
     """Only the records of each job's latest attempt (a job: run dir, env and notebook)."""
-    def job(record: dict) -> tuple:
-        return record.get("_run_dir"), record["env"], record["notebook"]
+    last: dict[tuple, int] = defaultdict(int)
+    for r in records:
+        last[_job(r)] = max(last[_job(r)], r["attempt"])
+    return [r for r in records if r["attempt"] == last[_job(r)]]
 
-    last: dict[tuple, int] = {}
-    for record in records:
-        last[job(record)] = max(last.get(job(record), 0), record["attempt"])
-    return [r for r in records if r["attempt"] == last[job(r)]]
+
+def _job(record: dict) -> tuple:
+    return record.get("_run_dir"), record["env"], record["notebook"]
 
 
 def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[str]]:
@@ -102,20 +101,15 @@ def _dedupe(records: list[dict]) -> list[dict]:
 
 def columns(records: list[dict]) -> list[str]:
     """Column labels in a stable order: by machine, CPU env before the others."""
-    seen = {}
-    for r in records:
-        seen.setdefault(r["_column"], (_machine(r), r["env"] != "cpu", r["env"], r["_column"]))
-    return [label for label, _ in sorted(seen.items(), key=lambda item: item[1])]
+    keys = {r["_column"]: (_machine(r), r["env"] != "cpu", r["env"], r["_column"]) for r in records}
+    return sorted(keys, key=keys.get)
 
 
 def baseline(records: list[dict], column: str) -> str | None:
     """The column a column is compared with: the CPU env of the same machine."""
     machine = next(_machine(r) for r in records if r["_column"] == column)
-    for label in columns(records):
-        rec = next(r for r in records if r["_column"] == label)
-        if _machine(rec) == machine and rec["env"] == "cpu" and label != column:
-            return label
-    return None
+    return min((r["_column"] for r in records if _machine(r) == machine and r["env"] == "cpu"
+                and r["_column"] != column), default=None)
 
 
 # ---------------------------------------------------------------- formatting
@@ -160,20 +154,18 @@ def crossover(records: list[dict], method: str = "rigorous", dtype: str = "float
     ok = [r for r in ok_records(records, "matmul") if r["method"] == method and _dtype(r) == dtype]
     cpu = {r["size"]: r["seconds"] for r in ok if r["device"] == "cpu"}
     gpu = {r["size"]: r["seconds"] for r in ok if r["device"].startswith("gpu")}
-    wins = sorted(size for size in gpu if size in cpu and gpu[size] < cpu[size])
-    return wins[0] if wins else None
+    return min((size for size in gpu if size in cpu and gpu[size] < cpu[size]), default=None)
 
 
 def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> str:
     """Crossover in words, including the cases with no GPU or no win."""
     ok = [r for r in ok_records(records, "matmul") if _dtype(r) == dtype]
-    sizes = sorted({r["size"] for r in ok if r["method"] == method})
     if not any(r["device"].startswith("gpu") for r in ok):
         return "no GPU measured"
     size = crossover(records, method, dtype)
     if size is None:
         return "the GPU never beat the CPU at the sizes measured"
-    if sizes and size == sizes[0]:
+    if size == min(r["size"] for r in ok if r["method"] == method):
         return f"the GPU wins at every size measured (from {size})"
     return f"the GPU wins from {size} x {size} up"
 
@@ -213,6 +205,10 @@ def book_train(records: list[dict]) -> list[dict]:
     return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
 
 
+def _by_model_and_column(records: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(r["model"], r["_column"]): r for r in book_train(records)}
+
+
 _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
          ("batch_size", "batch ", str), ("steps_per_execution", "steps/exec ", str),
          ("input_pipeline", "", str))
@@ -226,13 +222,11 @@ def mode(record: dict) -> dict[str, str]:
 
 def training_rows(records: list[dict]) -> list[list]:
     """The book's table: per model and column, total time, % saved and speedup vs the CPU env."""
-    train = book_train(records)
-    by_key = {(r["model"], r["_column"]): r for r in train}
+    by_key = _by_model_and_column(records)
     rows = []
-    for model in [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]:
+    for model in MODEL_ORDER:
         for column in columns(records):
-            r = by_key.get((model, column))
-            if r is None:
+            if (r := by_key.get((model, column))) is None:
                 continue
             data = r["dataset"] + (" **(synthetic)**" if r["data_source"] == "synthetic"
                                    else f" ({r['data_source']})")
@@ -268,12 +262,10 @@ TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "tota
 
 def not_like_for_like(records: list[dict]) -> list[str]:
     """A "**Not like for like:**" line per model whose compared columns ran in different modes."""
-    train = book_train(records)
-    by_key = {(r["model"], r["_column"]): r for r in train}
+    by_key = _by_model_and_column(records)
     lines = []
     for (model, column), record in by_key.items():
-        base = by_key.get((model, baseline(records, column)))
-        if base is None:
+        if (base := by_key.get((model, baseline(records, column)))) is None:
             continue
         theirs, ours = mode(base), mode(record)
         differ = [name for name in ours if ours[name] != theirs[name]]
@@ -291,18 +283,16 @@ UNSTABLE_SPREAD = 0.20  # steady-epoch IQR over median above which timings are f
 def unstable(records: list[dict]) -> list[str]:
     """A line per train record whose steady epochs spread more than UNSTABLE_SPREAD."""
     lines = []
-    for r in records:
-        if r["benchmark"] == "train" and r["status"] == "ok" and r.get("steady_epoch_iqr") \
-                and r["steady_epoch_seconds"] \
-                and r["steady_epoch_iqr"] / r["steady_epoch_seconds"] > UNSTABLE_SPREAD:
-            steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
-            what = MODEL_TITLES.get(r["model"], r["model"]) + (f", {r['factor']}"
-                                                               if r.get("factor") else "")
-            lines.append(
-                f"- **unstable**: {r['_column']} {what} on {r['device']}: steady epochs "
-                f"{min(steady):.3g}..{max(steady):.3g} s (IQR "
-                f"{100 * r['steady_epoch_iqr'] / r['steady_epoch_seconds']:.0f}% of the median); "
-                "compare the minima (steady_epoch_min) or rerun on a quieter machine.")
+    for r in ok_records(records, "train"):
+        spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or math.inf)
+        if spread <= UNSTABLE_SPREAD:
+            continue
+        steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
+        what = MODEL_TITLES.get(r["model"], r["model"])
+        what += f", {r['factor']}" if r.get("factor") else ""
+        lines.append(f"- **unstable**: {r['_column']} {what} on {r['device']}: steady epochs "
+                     f"{min(steady):.3g}..{max(steady):.3g} s (IQR {spread:.0%} of the median); "
+                     "compare the minima (steady_epoch_min) or rerun on a quieter machine.")
     return lines
 
 
@@ -467,7 +457,7 @@ def matmul_section(records: list[dict], charts: dict) -> list[str]:
     if not matmul:
         return []
     lines = ["## Matrix multiplication", ""]
-    for column in [c for c in columns(records) if any(r["_column"] == c for r in matmul)]:
+    for column in columns(matmul):
         col = [r for r in matmul if r["_column"] == column]
         dtypes = sorted({_dtype(r) for r in col})
         lines += [f"### {column}", ""]
@@ -487,10 +477,7 @@ def matmul_section(records: list[dict], charts: dict) -> list[str]:
 
 
 def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = None) -> Path:
-    """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir).
-
-    Charts are drawn on Figures of the report's own: the caller's pyplot and backend are untouched.
-    """
+    """Write report.md and its PNG charts for `run_dirs` into `out` (default: the first run dir)."""
     if not run_dirs:
         raise ValueError("no run directory given; pass at least one, e.g. runs/20261202T1830Z")
     problems: list[str] = []
@@ -526,8 +513,7 @@ def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
         if not found:
             raise FileNotFoundError(
                 f"no run directory with results under {results.runs_dir()}; "
-                "run `make run` (or `make quick`) first, or pass run_dirs=[...]"
-            )
+                "run `make run` (or `make quick`) first, or pass run_dirs=[...]")
         run_dirs = found[-1:]
     paths = [Path(d) for d in run_dirs]
     for path in paths:
@@ -562,23 +548,20 @@ def book_vs_rigorous(records: list[dict]) -> str:
         mine = [r for r in ok if r["device"] == device and _dtype(r) == dtype]
         book = {r["size"]: r for r in mine if r["method"] == "book"}
         rig = {r["size"]: r for r in mine if r["method"] == "rigorous"}
-        sizes = sorted(set(book) & set(rig))
-        if not sizes:
+        if not (sizes := sorted(set(book) & set(rig))):
             continue
         small, large = sizes[0], sizes[-1]
-        ratio_small = book[small]["seconds"] / rig[small]["seconds"]
-        ratio_large = book[large]["seconds"] / rig[large]["seconds"]
         what = device + (f" ({dtype})" if len({p[1] for p in pairs}) > 1 else "")
         lines.append(
             f"- **{what}**: at {small} x {small} the book's single timing says "
             f"{fmt_seconds(book[small]['seconds'])}, the product itself takes "
             f"{fmt_seconds(rig[small]['seconds'])} (median of {rig[small]['repeats']}): the book "
-            f"measures {ratio_small:.1f}x the real cost. At {large} x {large} it is "
-            f"{fmt_seconds(book[large]['seconds'])} against {fmt_seconds(rig[large]['seconds'])} "
-            f"({ratio_large:.1f}x). The first compiled call at {small} took "
-            f"{fmt_seconds(rig[small]['first_seconds'])} (tracing), which the rigorous method "
-            "reports apart and keeps out of the median."
-        )
+            f"measures {book[small]['seconds'] / rig[small]['seconds']:.1f}x the real cost. "
+            f"At {large} x {large} it is {fmt_seconds(book[large]['seconds'])} against "
+            f"{fmt_seconds(rig[large]['seconds'])} "
+            f"({book[large]['seconds'] / rig[large]['seconds']:.1f}x). The first compiled call "
+            f"at {small} took {fmt_seconds(rig[small]['first_seconds'])} (tracing), which the "
+            "rigorous method reports apart and keeps out of the median.")
     if not lines:
         return "No size was measured with both methods, so there is nothing to compare."
     text = [
@@ -587,9 +570,9 @@ def book_vs_rigorous(records: list[dict]) -> str:
         "like n^2 or not at all, while the product grows like n^3, so at small sizes they "
         "dominate and the chart compares overheads, not arithmetic:", "", *lines,
     ]
-    for dtype in sorted({_dtype(r) for r in ok}) if any(r["device"] != "cpu" for r in ok) else ():
-        for method in ("book", "rigorous"):
-            text.append(f"- Crossover by the {method} method at {dtype}: "
-                        f"{crossover_text(records, method, dtype)}.")
+    if any(r["device"] != "cpu" for r in ok):
+        text += [f"- Crossover by the {method} method at {dtype}: "
+                 f"{crossover_text(records, method, dtype)}."
+                 for dtype in sorted({_dtype(r) for r in ok}) for method in ("book", "rigorous")]
     return "\n".join(text)
 

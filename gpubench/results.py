@@ -1,8 +1,6 @@
 """The results record schema, the environment snapshot, and the JSON Lines store.
 
-Each measurement is one JSON object on one line of `results.jsonl`, appended and
-flushed to disk the moment it is measured, so a crash or Ctrl-C loses nothing
-that was already measured.
+Each measurement is one line of `results.jsonl`, synced to disk as soon as it is measured.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from typing import Any
 SCHEMA = 2
 # Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None).
 KNOWN_SCHEMAS = (1, 2)
+# The mode a training ran in (issue 9): what Keras resolved, not what was asked for.
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
 
@@ -30,14 +29,9 @@ COMMON_FIELDS = ("schema", "run_id", "env", "notebook", "benchmark", "device", "
                  "timestamp", "attempt", "environment")
 MATMUL_FIELDS = ("size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats",
                  "gflops")
-TRAIN_FIELDS = (
-    "model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
-    "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
-    "samples_per_second", "test_accuracy", "test_loss",
-    # the mode it ran in (issue 9): what Keras resolved, not what was asked for
-    "jit_compile", "precision", "steps_per_execution", "input_pipeline", "flops_per_sample",
-    "achieved_gflops",
-)
+TRAIN_FIELDS = ("model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
+                "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
+                "samples_per_second", "test_accuracy", "test_loss") + SCHEMA_2_FIELDS
 SCALING_FIELDS = TRAIN_FIELDS + ("strategy", "replicas", "workers", "global_batch_size",
                                  "per_replica_batch_size", "scaling", "scaling_efficiency")
 # Fields beyond DESIGN.md's list that gpubench also records.
@@ -88,14 +82,12 @@ def new_run_id() -> str:
     return f"{now}-{uuid.uuid4().hex[:6]}"
 
 
+_process_run_id = functools.cache(new_run_id)
+
+
 def current_run_id() -> str:
     """The run id set by `gpubench run` (GPUBENCH_RUN_ID), else one for this process."""
     return os.environ.get("GPUBENCH_RUN_ID") or _process_run_id()
-
-
-@functools.lru_cache(maxsize=None)
-def _process_run_id() -> str:
-    return new_run_id()
 
 
 def current_attempt() -> int:
@@ -114,17 +106,8 @@ def default_env_name() -> str:
     return "gpu" if devices.build_info()["cuda_build"] else "cpu"
 
 
-def make_record(
-    benchmark: str,
-    *,
-    notebook: str,
-    env: str,
-    device: str,
-    status: str = "ok",
-    error: str | None = None,
-    environment: dict | None = None,
-    **fields: Any,
-) -> dict:
+def make_record(benchmark: str, *, notebook: str, env: str, device: str, status: str = "ok",
+                error: str | None = None, environment: dict | None = None, **fields: Any) -> dict:
     """Build one record with every schema field present (missing measurements are None)."""
     if benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"unknown benchmark {benchmark!r}; use one of {sorted(BENCHMARK_FIELDS)}")
@@ -189,11 +172,7 @@ class ResultsStore:
                 "results_path in a writable directory, e.g. runs/my-run/results.jsonl") from None
 
     def append(self, record: dict) -> dict:
-        """Validate `record`, append it as one line, sync it to disk, and return it.
-
-        A last line cut off by a crash or a full disk is ended with a newline first,
-        so it never swallows this record. A failed write raises ResultsWriteError.
-        """
+        """Validate `record`, append it as one line synced to disk, and return it."""
         validate(record)
         data = (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
         try:
@@ -232,13 +211,12 @@ def parse_line(line: str) -> dict:
         raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
-    schema = record.get("schema")
     if "schema" not in record:
         raise ValueError("record lacks the field 'schema'")
-    if schema not in KNOWN_SCHEMAS:
-        raise ValueError(f"unknown schema version {schema!r}; this gpubench reads "
+    if record["schema"] not in KNOWN_SCHEMAS:
+        raise ValueError(f"unknown schema version {record['schema']!r}; this gpubench reads "
                          f"{list(KNOWN_SCHEMAS)}: update gpubench to read it")
-    if schema == 1:
+    if record["schema"] == 1:
         record = {"attempt": 1, **dict.fromkeys(SCHEMA_2_FIELDS), **record}
     validate(record)
     return record
@@ -247,8 +225,7 @@ def parse_line(line: str) -> dict:
 def read_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[dict]:
     """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
 
-    A line that cannot be read (cut off, unknown schema, missing or mistyped fields)
-    is skipped with a warning naming the file and line; it is also added to `problems`.
+    An unreadable line is skipped with a warning naming file and line, also added to `problems`.
     """
     path = Path(path)
     if path.is_dir():
@@ -318,10 +295,7 @@ def _gpus(devices) -> list[dict]:
         gpus = []
         for line in out.strip().splitlines():
             name, memory, driver = (part.strip() for part in line.split(",")[:3])
-            try:
-                memory_gb = round(float(memory) / 1024, 1)
-            except ValueError:
-                memory_gb = None
+            memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
             gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver})
         return gpus
     tf = devices.tensorflow()

@@ -107,30 +107,23 @@ def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | N
                          "(or set GPUBENCH_DATA_DIR when using the command line)")
     reasons = []
     for candidate in ("keras", "dir", "synthetic") if source == "auto" else (source,):
-        try:
-            if candidate == "synthetic":
-                origin, arrays = _synthetic(name, max_train_samples, seed)
-            elif candidate == "keras":
-                origin, arrays = _load_keras(name)
-            elif data_dir is None:
-                reasons.append("dir: not tried (no data_dir given)")
-                continue
-            else:
-                origin, arrays = _load_dir(name, Path(data_dir).expanduser())
+        try:  # only "auto" goes on to the next source, after noting why this one failed
+            origin, (x_train, y_train, x_test, y_test) = (
+                _synthetic(name, max_train_samples, seed) if candidate == "synthetic"
+                else _load_keras(name) if candidate == "keras" else _load_dir(name, data_dir))
         except (DataUnavailable, DataError) as exc:
             if source != "auto":
                 raise
             reasons.append(f"{candidate}: {exc}")
             continue
-        x_train, y_train, x_test, y_test = arrays
         if max_train_samples is not None:  # a copy, so the full arrays are freed
             x_train, y_train = x_train[:max_train_samples].copy(), y_train[:max_train_samples].copy()
         dataset = Dataset(name, candidate, str(origin), x_train, y_train, x_test, y_test,
                           "; ".join(reasons) or None)
-        break
-    if verbose:
-        _announce(dataset)
-    return dataset
+        if verbose:
+            _announce(dataset)
+        return dataset
+    raise AssertionError("unreachable: the synthetic source never fails")
 
 
 def check_name(name: object) -> str:
@@ -192,7 +185,6 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
     """The cached file `fname`, downloaded (and hash-checked) by keras.utils.get_file if needed."""
     from gpubench._tf import tensorflow  # noqa: PLC0415 - Keras loads with TensorFlow, quietly
 
-    keras = tensorflow().keras  # Keras 3
     # Keras reads KERAS_HOME once, at import; read it per call so the cache follows it.
     cache = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
     target = cache / subdir / fname
@@ -200,8 +192,8 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)  # get_file has no timeout of its own
     try:
         target.parent.mkdir(parents=True, exist_ok=True)  # else get_file falls back to /tmp/.keras
-        return Path(keras.utils.get_file(fname, url, file_hash=sha256, cache_subdir=subdir,
-                                         cache_dir=str(cache)))
+        return Path(tensorflow().keras.utils.get_file(fname, url, file_hash=sha256,
+                                                      cache_subdir=subdir, cache_dir=str(cache)))
     except Exception as exc:  # get_file wraps URL and HTTP errors in a bare Exception
         if isinstance(exc, ValueError) and "hash" in str(exc):  # its check after a download
             target.unlink(missing_ok=True)
@@ -228,8 +220,11 @@ def _load_keras(name: str) -> tuple[Path, tuple]:
     return archive, _read_cifar(archive)
 
 
-def _load_dir(name: str, data_dir: Path) -> tuple[Path, tuple]:
+def _load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple]:
     """(origin, arrays) from the first of data_dir and its DIR_SUBFOLDERS that holds the files."""
+    if data_dir is None:  # only source="auto" gets here without one
+        raise DataUnavailable("not tried (no data_dir given)")
+    data_dir = Path(data_dir).expanduser()
     if not data_dir.is_dir():
         raise DataError(f"data_dir {data_dir} is not a directory; pass the folder holding the {name} files")
     folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
@@ -290,7 +285,7 @@ def _read_idx(path: Path, kind: str) -> np.ndarray:
     header = 4 + 4 * (magic & 0xFF)
     dims = tuple(int.from_bytes(data[i:i + 4], "big") for i in range(4, header, 4))
     needed = int(np.prod(dims, dtype=np.int64))
-    if len(data) < header or len(data) - header != needed:
+    if len(data) - header != needed:  # also when the file is shorter than its header
         raise DataError(f"{path} holds {max(len(data) - header, 0):,} data bytes but its header (dims "
                         f"{'x'.join(map(str, dims))}) needs {needed:,}; the file is truncated or corrupt: "
                         "re-download it")

@@ -196,3 +196,17 @@ def test_book_figures_are_the_books():
     assert matmul.BOOK_SECONDS["gpu"][5000] == 2.049 and matmul.BOOK_SECONDS["cpu"][5000] == 3.656
     assert sorted(matmul.BOOK_SECONDS["gpu"]) == sorted(matmul.BOOK_SECONDS["cpu"]) == [
         500, 1000, 2000, 3000, 4000, 5000]
+
+
+def test_a_dtype_the_gpu_cannot_run_is_skipped_and_says_why(monkeypatch):
+    tf = devices.tensorflow()
+    capabilities = [(7, 5), (8, 0)]  # a Turing and an Ampere GPU
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: list(capabilities))
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda gpu: {"compute_capability": gpu})
+    assert matmul.unsupported_reason("gpu:0", "bfloat16") == (
+        "gpu:0 has compute capability 7.5; bfloat16 needs 8.0 or newer")
+    assert matmul.unsupported_reason("gpu:1", "bfloat16") is None
+    assert matmul.unsupported_reason("gpu:0", "float16") is None  # no minimum for float16
+    assert matmul.unsupported_reason("gpu:5", "bfloat16") is None  # unknown: let it try
+    assert matmul.unsupported_reason("cpu", "bfloat16") is None

@@ -1,8 +1,7 @@
 """What every notebook does first: check its parameters, apply the profile, open the results.
 
-`check_params` holds the rule of every notebook parameter; the runner calls it
-before any kernel starts and `start` in the notebook. It loads no TensorFlow:
-device names are checked for their syntax only, and `start` resolves them.
+`check_params` holds every parameter's rule, for the runner (before any kernel starts) and for
+`start`; it loads no TensorFlow: it checks device names' syntax, `start` resolves them.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import os
 from dataclasses import field, make_dataclass
 from pathlib import Path
 
-from gpubench import __version__, checks, profiles, results
+from gpubench import __version__, checks, devices, profiles, results  # devices: no TensorFlow yet
 
 _POSITIVE = ("repeats", "epochs", "batch_size", "max_train_samples", "per_replica_batch_size",
              "virtual_devices")
@@ -79,13 +78,7 @@ def _one_of(name: str, value, kind: str) -> str:
     return value
 
 
-def _device(value) -> str:
-    from gpubench import devices  # noqa: PLC0415 - stdlib at import; TensorFlow stays unloaded
-
-    return devices.check_name(value)
-
-
-def check_value(name: str, value):
+def check_value(name: str, value, *, virtual_cpus: bool = False):
     """Return `value` checked (a list parameter as a list), or raise naming it and what to do."""
     if value is None:
         return None
@@ -99,8 +92,10 @@ def check_value(name: str, value):
         return [_one_of(name, item, _LISTS_OF[name]) for item in _as_list(name, value)]
     if name in profiles.CHOICES:
         return _one_of(name, value, name)
-    if name in ("device", "devices"):
-        return _device(value) if name == "device" else [_device(d) for d in _as_list(name, value)]
+    if name == "device":
+        return devices.check_name(value)
+    if name == "devices":  # "cpu:N" where virtual_devices splits the CPU (Multi_GPU_Scaling)
+        return [devices.check_name(d, virtual_cpus=virtual_cpus) for d in _as_list(name, value)]
     if name == "profile":
         return profiles.resolve_profile(value)
     if name in ("dataset", "data_source"):
@@ -114,8 +109,9 @@ def check_value(name: str, value):
 
 def check_params(notebook: str, given: dict) -> dict:
     """Check names against `notebook`'s parameters and each value by its rule; return them checked."""
-    profiles.check_names(profiles.check_notebook(notebook), given)
-    checked = {name: check_value(name, value) for name, value in given.items()}
+    profiles.check_names(notebook, given)
+    cpus = "virtual_devices" in profiles.PARAMS[notebook]  # devices "cpu:N" name virtual CPUs
+    checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
     if notebook in _OWN_RULES:  # the notebook's own rules, on the given values over the defaults
         own = importlib.import_module(_OWN_RULES[notebook]).check_params
         merged = own({**profiles.DEFAULTS["full"][notebook],
@@ -127,7 +123,7 @@ def check_params(notebook: str, given: dict) -> dict:
 def start(notebook: str, values: dict | None = None, **given) -> Config:
     """Check the parameters (read from `values`, e.g. `globals()`; keywords win), apply the
     profile, open the results store and describe the machine; bad input fails before anything runs."""
-    names = profiles.parameter_names(profiles.check_notebook(notebook))
+    names = profiles.parameter_names(notebook)
     given = {**{n: values[n] for n in names if n in (values or {})}, **given}
     params, changed = profiles.resolve(notebook, **check_params(notebook, given))
     params = _resolve_devices(check_params(notebook, params))  # env variables' values too
@@ -141,8 +137,6 @@ def start(notebook: str, values: dict | None = None, **given) -> Config:
 
 def _resolve_devices(params: dict) -> dict:
     """`device`/`devices` resolved (Multi_GPU_Scaling resolves its own, after virtual devices)."""
-    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
-
     if "device" in params:
         params["device"] = devices.resolve(params["device"])
     names = params.get("devices")

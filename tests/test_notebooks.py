@@ -139,6 +139,17 @@ def test_check_params_names_the_bad_value(name, given, message):
         notebook.check_params(name, given)
 
 
+def test_only_multi_gpu_scaling_takes_virtual_cpu_devices():
+    """virtual_devices=N splits the CPU into cpu:0..cpu:N-1; elsewhere there is one CPU."""
+    given = {"devices": "cpu:0,cpu:1", "virtual_devices": 2}
+    assert notebook.check_params("Multi_GPU_Scaling", given) == {"devices": ["cpu:0", "cpu:1"],
+                                                                 "virtual_devices": 2}
+    with pytest.raises(ValueError, match=r"'cpu:1'.*one CPU device.*virtual_devices"):
+        notebook.check_params("performanceTest", {"devices": "cpu,cpu:1"})
+    with pytest.raises(ValueError, match=r"unknown device 'cpu:x'"):
+        notebook.check_params("Multi_GPU_Scaling", {"devices": "cpu:x"})
+
+
 def test_check_params_loads_no_tensorflow():
     script = ("import sys; from gpubench import notebook\n"
               "notebook.check_params('Mnist_CNN', {'device': 'gpu:1', 'dataset': 'mnist', "

@@ -188,7 +188,8 @@ def check_new_out(run_dir: Path) -> None:
 
 
 def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list[str],
-            params: dict, stack: contextlib.ExitStack, named: bool = False) -> tuple[Path, dict]:
+            params: dict, stack: contextlib.ExitStack,
+            named: bool = False) -> tuple[Path, dict, list[Job]]:
     """Create and lock the run directory and its manifest; refuse an --out that holds something else."""
     run_id = results.new_run_id()
     run_dir = Path(out) if out else results.runs_dir() / run_id
@@ -202,14 +203,12 @@ def new_run(out: str | None, profile: str, env_names: list[str], notebooks: list
     if is_run_dir(run_dir):  # another process made it between our look and our lock
         raise UsageError(f"--out {str(run_dir)!r} was just created by another gpubench run; "
                          "choose a new --out")
-    manifest = {
-        "schema": 1, "run_id": run_id, "profile": profile, "params": params,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "named": notebooks if named else [],
-        "jobs": [asdict(Job(env, nb)) for env in env_names for nb in notebooks],
-    }
-    write_manifest(run_dir, manifest)
-    return run_dir, manifest
+    manifest = {"schema": 1, "run_id": run_id, "profile": profile, "params": params,
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "named": notebooks if named else []}
+    jobs = [Job(env, nb) for env in env_names for nb in notebooks]
+    _save_jobs(run_dir, manifest, jobs)
+    return run_dir, manifest, jobs
 
 
 def load_run(resume: str, profile: str | None,
@@ -423,9 +422,8 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             profile = profiles.resolve_profile(profile) if profile else "full"
             env_list, notebook_list = check_envs(env_names), check_notebooks(notebooks)
             check_params(params or {}, notebook_list)
-            run_dir, manifest = new_run(out, profile, env_list, notebook_list, params or {}, stack,
-                                        named=notebooks is not None)
-            jobs = [Job(**j) for j in manifest["jobs"]]
+            run_dir, manifest, jobs = new_run(out, profile, env_list, notebook_list, params or {},
+                                              stack, named=notebooks is not None)
         with _signals_stop_the_run():
             return _run_jobs(run_dir, manifest, jobs, resumed=bool(resume))
 
@@ -459,9 +457,9 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> 
         with logging_redirect_tqdm(loggers=[logger], tqdm_class=tqdm):
             for number, job in enumerate(runnable, start=1):
                 cell_output.prefix = f"{job.env}/{job.notebook}"
-                bar.set_description(f"[{number}/{len(runnable)}] {job.env}/{job.notebook}")
-                bar.write(_start_line(number, len(runnable), job, time.perf_counter() - started,
-                                      done, total))
+                label = f"[{number}/{len(runnable)}] {cell_output.prefix}"
+                bar.set_description(label)
+                bar.write(f"{label}  {_eta(time.perf_counter() - started, done, total)}")
                 execute(job, run_dir, manifest)
                 done += expected[job.notebook]
                 bar.update(expected[job.notebook])
@@ -488,14 +486,13 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], resumed: bool) -> 
     return code
 
 
-def _start_line(number: int, count: int, job: Job, elapsed: float, done: float,
-                total: float) -> str:
-    """"[2/8] cpu/Mnist_CNN  (elapsed 1:05, about 3:20 left)": progress for logs and terminals."""
+def _eta(elapsed: float, done: float, total: float) -> str:
+    """"(elapsed 1:05, about 3:20 left)", the rest scaled by how fast the work done so far went."""
     def clock(seconds: float) -> str:
         return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
     left = elapsed / done * (total - done) if done else total
-    return f"[{number}/{count}] {job.env}/{job.notebook}  (elapsed {clock(elapsed)}, about {clock(left)} left)"
+    return f"(elapsed {clock(elapsed)}, about {clock(left)} left)"
 
 
 def _mark_unavailable(jobs: list[Job], manifest: dict) -> None:

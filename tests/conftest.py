@@ -71,9 +71,7 @@ def cpu_kernel() -> str:
 
 def python_env(**extra: str) -> dict:
     """os.environ plus `extra`, for subprocesses."""
-    env = dict(os.environ)
-    env.update(extra)
-    return env
+    return {**os.environ, **extra}
 
 
 PYTHON = sys.executable

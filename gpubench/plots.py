@@ -1,9 +1,7 @@
 """Charts of results, for the notebooks and the report.
 
-Each function draws on the Axes or Figure it is given. Given none, it makes a
-new pyplot figure, so that a chapter's `fig = gb.plots.plot_history(...)` shows
-inline in Jupyter. The report passes its own `matplotlib.figure.Figure`, so
-building a report never touches pyplot or the caller's backend.
+Each function draws on the Axes or Figure it is given, else on a new pyplot figure (shown inline
+in Jupyter). The report passes Figures of its own, so it never touches pyplot or the backend.
 """
 
 from __future__ import annotations
@@ -12,11 +10,7 @@ from gpubench import report
 
 
 def _axes(ax, figsize: tuple[float, float]):
-    if ax is not None:
-        return ax
-    import matplotlib.pyplot as plt  # noqa: PLC0415 - only for a caller without axes
-
-    return plt.subplots(figsize=figsize)[1]
+    return ax if ax is not None else _figure(None, figsize).subplots()
 
 
 def _figure(fig, figsize: tuple[float, float]):
@@ -48,10 +42,7 @@ def _book_line(ax) -> None:
 
 def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None,
                 book: bool = True):
-    """Time (or GFLOP/s) against matrix size: one line per device, method and dtype.
-
-    With `book` and metric "seconds", the book's own figures are drawn as a dashed reference.
-    """
+    """Time or GFLOP/s against matrix size per device, method, dtype; `book`: the book's, dashed."""
     ax = _axes(ax, (8, 5))
     index = 1 if metric == "seconds" else 2
     series = report.matmul_series(records)
@@ -84,9 +75,7 @@ def plot_speedup(records: list[dict], ax=None):
             continue
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                 label=f"{device} vs cpu ({method}, {dtype})")
-        col_records = [r for r in records if r.get("_column", r["env"]) == column]
-        size = report.crossover(col_records, method, dtype)
-        if size is not None:
+        if (size := next((s for s, speedup in points if speedup > 1), None)) is not None:
             ax.axvline(size, linestyle=":", color="grey")
             ax.annotate(f"crossover {size}", (size, 1), textcoords="offset points",
                         xytext=(4, 8), fontsize="small")
@@ -101,15 +90,14 @@ def plot_epoch_bars(records: list[dict], fig=None):
 
     train = report.book_train(report.ok_records(records, "train"))
     models = [m for m in report.MODEL_ORDER if any(r["model"] == m for r in train)]
-    cols = [c for c in report.columns(records) if any(r["_column"] == c for r in train)]
+    cols = report.columns(train)
+    by_key = {(r["model"], r["_column"]): r for r in train}
     fig = _figure(fig, (4.5 * max(len(models), 1), 4.5))
     axes = fig.subplots(1, max(len(models), 1), squeeze=False)
     for ax, model in zip(axes[0], models):
-        steady, first = [], []
-        for column in cols:
-            r = next((r for r in train if r["model"] == model and r["_column"] == column), None)
-            steady.append((r["steady_epoch_seconds"] or r["first_epoch_seconds"]) if r else 0)
-            first.append(r["first_epoch_seconds"] if r else 0)
+        runs = [by_key.get((model, column), {}) for column in cols]
+        steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") or 0 for r in runs]
+        first = [r.get("first_epoch_seconds") or 0 for r in runs]
         x = np.arange(len(cols))
         ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
         ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
@@ -172,10 +160,7 @@ def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
 
 
 def plot_factors(effects: list[dict], ax=None):
-    """Speed of each variant against its device's baseline (factors.effects rows), with intervals.
-
-    Grey bars have no clear effect (their interval includes 1.0).
-    """
+    """Speed of each variant against its device's baseline (factors.effects rows), with interval."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
 
     rows = [e for e in effects if e["speedup"] is not None]

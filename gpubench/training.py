@@ -165,9 +165,8 @@ def predict_classes(model, data: Dataset, batch_size: int = 256) -> np.ndarray:
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int = 10) -> np.ndarray:
     """Counts of (true, predicted) label pairs, rows = true labels."""
-    matrix = np.zeros((classes, classes), dtype=np.int64)
-    np.add.at(matrix, (np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)), 1)
-    return matrix
+    pairs = classes * np.asarray(y_true, dtype=np.int64) + np.asarray(y_pred, dtype=np.int64)
+    return np.bincount(pairs, minlength=classes * classes).reshape(classes, classes)
 
 
 def summary(record: dict) -> str:

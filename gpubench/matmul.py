@@ -1,10 +1,10 @@
 """The book's matrix-multiplication test, done the book's way and the rigorous way.
 
-book:      build two random-normal matrices on the device, multiply, sum, and time one run
-           that includes all of that set-up (what the chapter's `performanceTest` timed with
-           one `sess.run`).
-rigorous:  the matrices exist on the device beforehand; the product runs as a compiled
-           `tf.function`; warm-up, device sync, the median of repeats.
+book:      build two random-normal matrices on the device, multiply, sum, and time
+           one run that includes all of that set-up (what the chapter's
+           `performanceTest` timed with one `sess.run`).
+rigorous:  the matrices exist on the device beforehand; the product runs as a
+           compiled `tf.function`; warm-up, device sync, the median of repeats.
 Both report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
 """
 

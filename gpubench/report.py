@@ -11,19 +11,18 @@ import contextlib
 import json
 import math
 import os
+import re
 import warnings
 from collections import defaultdict
 from pathlib import Path
+
+from matplotlib.figure import Figure
 
 from gpubench import results
 
 MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
                 "cifar_cnn": "CIFAR-10 CNN"}
 MODEL_ORDER = ("mlp_h1000", "mnist_cnn", "cifar_cnn")
-ADD_GPU_HINT = (
-    "No GPU env in these runs, so this compares CPU columns only. To add the GPU env "
-    "(Linux or WSL2 with an NVIDIA driver): `make setup GPU=1`, then `make run`."
-)
 
 
 # ---------------------------------------------------------------- loading
@@ -33,10 +32,7 @@ class ReportWriteError(ValueError):
 
 
 def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
-    """Records of each job's latest attempt in every run dir, tagged with their column (`_column`).
-
-    Unreadable lines are skipped with a warning and added to `problems`.
-    """
+    """Records of each job's latest attempt in every run dir, tagged with their column (`_column`)."""
     records = [record | {"_run_dir": str(run_dir)} for run_dir in run_dirs
                for record in results.read_records(run_dir, problems)]
     _label_columns(records)
@@ -62,15 +58,13 @@ def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[st
         return []
     try:
         jobs = json.loads(path.read_text(encoding="utf-8"))["jobs"]
-        rows = [[Path(run_dir).name, job["env"], job["notebook"], job["status"],
-                 first_line(job.get("error"))]
-                for job in jobs if job["status"] != "ok"]
+        return [[Path(run_dir).name, job["env"], job["notebook"], job["status"],
+                 first_line(job.get("error"))] for job in jobs if job["status"] != "ok"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         message = f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not shown"
         warnings.warn(message, stacklevel=2)
         problems.append(message)
         return []
-    return rows
 
 
 def _machine(record: dict) -> str:
@@ -356,7 +350,7 @@ def scaling_section(records: list[dict]) -> list[str]:
              "Data-parallel training with tf.distribute. Scaling efficiency is samples per "
              "second over replicas x the one-replica samples per second of the same run "
              "(100%: perfect).", ""]
-    if any(r.get("virtual_devices") for r in records if r["benchmark"] == "scaling"):
+    if any(r.get("virtual_devices") for r in records):
         lines += ["> **Virtual devices**: one CPU split into logical devices. These rows show "
                   "that the mechanics work, not how real devices scale.", ""]
     return lines + [md_table(SCALING_HEADERS, rows), ""]
@@ -388,11 +382,9 @@ def problems_section(records: list[dict], jobs: list[list[str]], problems: list[
     if jobs:
         lines += ["Jobs that did not finish (from run.json):", "",
                   md_table(["run", "env", "notebook", "status", "error"], jobs), ""]
-    bad = [r for r in records if r["status"] != "ok"]
-    if bad:
+    if bad := [r for r in records if r["status"] != "ok"]:
         lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
-                  f"{first_line(r.get('error'))}".rstrip() for r in bad]
-        lines += [""]
+                  f"{first_line(r.get('error'))}".rstrip() for r in bad] + [""]
     if problems:
         lines += ["Lines skipped while reading results:", ""]
         lines += [f"- `{p}`" for p in problems] + [""]
@@ -420,15 +412,11 @@ def _write(out: Path, text: str, charts: dict) -> Path:
 
 def _axes(figsize: tuple[float, float] = (8, 5)):
     """Axes on a new Figure of the report's own, outside pyplot."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
     return Figure(figsize=figsize).subplots()
 
 
 def training_section(records: list[dict], charts: dict) -> list[str]:
     """The book's table, its mode warnings, the epoch-time chart and the unstable flags."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
     from gpubench import plots  # noqa: PLC0415
 
     lines = []
@@ -488,7 +476,9 @@ def build(run_dirs: list[str | os.PathLike], out: str | os.PathLike | None = Non
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
              + f" · columns: {', '.join(columns(records)) or 'none'}", ""]
     if not any(r["device"].startswith("gpu") for r in records):
-        lines += [f"> {ADD_GPU_HINT}", ""]
+        lines += ["> No GPU env in these runs, so this compares CPU columns only. To add the GPU "
+                  "env (Linux or WSL2 with an NVIDIA driver): `make setup GPU=1`, then `make run`.",
+                  ""]
     if any(r.get("data_source") == "synthetic" for r in records):
         lines += ["> **Synthetic data** was used where the table says so: the timings are "
                   "real, the accuracies are not comparable with the book's.", ""]
@@ -528,15 +518,10 @@ def show(report_path: str | os.PathLike) -> None:
     from IPython.display import Image, Markdown, display  # noqa: PLC0415
 
     report_path = Path(report_path)
-    chunk: list[str] = []
-    for line in report_path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("![") and line.endswith(")"):
-            display(Markdown("\n".join(chunk)))
-            chunk = []
-            display(Image(filename=str(report_path.parent / line[line.index("(") + 1:-1])))
-        else:
-            chunk.append(line)
-    display(Markdown("\n".join(chunk)))
+    # Text and chart file names alternate: re.split keeps the captured name of each image line.
+    parts = re.split(r"^!\[.*\]\((.+)\)$", report_path.read_text(encoding="utf-8"), flags=re.M)
+    for i, part in enumerate(parts):
+        display(Image(filename=str(report_path.parent / part)) if i % 2 else Markdown(part))
 
 
 def book_vs_rigorous(records: list[dict]) -> str:

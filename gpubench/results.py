@@ -38,7 +38,7 @@ SCALING_FIELDS = TRAIN_FIELDS + ("strategy", "replicas", "workers", "global_batc
 EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
-              "time_boxed", "steady_epoch_min"),
+              "time_boxed", "steady_epoch_min", "paired_baseline_seconds"),
     "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
                 "virtual_devices", "devices", "final_loss"),
 }

@@ -98,8 +98,7 @@ def current_attempt() -> int:
 
 def default_env_name() -> str:
     """The env label for results: GPUBENCH_ENV when set, else "gpu"/"cpu" by the TensorFlow build."""
-    name = os.environ.get("GPUBENCH_ENV")
-    if name:
+    if name := os.environ.get("GPUBENCH_ENV"):
         return name
     from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
 
@@ -112,8 +111,7 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
     if benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"unknown benchmark {benchmark!r}; use one of {sorted(BENCHMARK_FIELDS)}")
     allowed = BENCHMARK_FIELDS[benchmark] + EXTRA_FIELDS[benchmark]
-    unknown = sorted(set(fields) - set(allowed))
-    if unknown:
+    if unknown := sorted(set(fields) - set(allowed)):
         raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {list(allowed)}")
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
@@ -251,7 +249,7 @@ def environment_snapshot() -> dict:
     return dict(_snapshot())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _snapshot() -> dict:
     from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
 

@@ -1,13 +1,17 @@
 """Speed factors: one-factor-at-a-time variations of a training run from the book's baseline.
 
 The baseline is the book's setting: batch 100, float32, XLA off, one step per
-execution, arrays fed to `fit`. Each variant changes one factor; a last one
-combines each factor's best value. On every device all variants are trained
-in interleaved rounds (round r of every variant, then round r+1), so that a
-machine that slows down for a while slows them all alike. A round is one epoch;
-a variant whose warm-up probe projects an epoch far slower than the baseline's
-(mixed_float16 on a CPU: ~200x) is time-boxed: each of its rounds measures a
-bounded number of steps, and its accuracy is not measured.
+execution, arrays fed to `fit`. Each variant changes one factor. On every device
+all variants are trained in interleaved rounds (round r of every variant, then
+round r+1), so that a machine that slows down for a while slows them all alike.
+A round is one epoch, timed from its first step to its last (a `fit` call's
+set-up is not counted); a variant whose warm-up probe projects an epoch far
+slower than the baseline's (mixed_float16 on a CPU: ~200x) is time-boxed: each
+of its rounds measures a bounded number of steps, and its accuracy is not measured.
+
+Then the combination: each factor's value that the rounds found clearly fastest
+(the baseline's where none was), trained in a second set of rounds interleaved
+with a fresh baseline, against which it is compared.
 
 Statistic: the fastest steady round (rounds 2..n) per sample, the same for
 baseline and variant, with the median beside it. Uncertainty: the range of the
@@ -141,16 +145,20 @@ def factor_values(params: dict) -> dict[str, list]:
 # --- the numbers the chapter and the report read (no TensorFlow) ---------------------------
 
 
+def steady_rates(seconds: Sequence[float], samples: float) -> list[float]:
+    """Samples per second of each steady round (rounds 2..n), `samples` per round."""
+    return [samples / s for s in seconds[1:] if s and s > 0]
+
+
 def round_rates(record: dict) -> list[float]:
     """Samples per second of each steady round (rounds 2..n) of a Speed_Factors record."""
-    steady = (record.get("epoch_seconds") or [])[1:]
-    if not steady:
+    seconds = record.get("epoch_seconds") or []
+    if len(seconds) < 2:
         return []
     if record.get("time_boxed"):
-        samples = record["steps_measured"] / len(steady) * record["batch_size"]
-    else:
-        samples = record["train_samples"]
-    return [samples / seconds for seconds in steady if seconds and seconds > 0]
+        return steady_rates(seconds, record["steps_measured"] / (len(seconds) - 1)
+                            * record["batch_size"])
+    return steady_rates(seconds, record["train_samples"])
 
 
 def verdict(low: float, high: float) -> str:
@@ -186,7 +194,11 @@ def effects(records: Sequence[dict]) -> list[dict]:
     for record in factor_records:
         base = baselines.get((record["env"], record["device"]))
         ok = record["status"] == "ok" and base is not None
-        row = compare(round_rates(base), round_rates(record)) if ok else compare([], [])
+        if ok and record.get("paired_baseline_seconds"):  # the combination's own baseline rounds
+            base_rates = steady_rates(record["paired_baseline_seconds"], base["train_samples"])
+        else:
+            base_rates = round_rates(base) if ok else []
+        row = compare(base_rates, round_rates(record)) if ok else compare([], [])
         label = _label(record["factor"], {k: record.get(k) if k != "xla" else
                                           ("on" if record.get("jit_compile") else "off")
                                           for k in FACTORS})
@@ -329,6 +341,9 @@ def findings(rows: Sequence[dict]) -> str:
             c = combined[0]
             text += (f" Together, {c['label']} runs at {c['speedup']:.2f}x the book's setting "
                      f"({c['verdict']}).")
+            if faster and c["speedup"] < faster[0]["speedup"]:
+                text += (f" That is less than {faster[0]['label']} alone: these factors do not "
+                         "add up here.")
         out.append(text)
     return "\n".join(out)
 
@@ -368,32 +383,56 @@ class _Trainer:
     steps_done: int = 0
     status: str = "ok"
     error: str | None = None
+    paired_baseline_seconds: list | None = None
+    test_loss: float | None = None
+    test_accuracy: float | None = None
 
     def fail(self, exc: BaseException) -> None:
         """Mark this variant failed ("oom" or "error"); the other variants go on."""
         self.status = "oom" if checks.is_oom(exc) else "error"
         self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    def fit_steps(self, steps: int | None) -> None:
-        """Train `steps` steps (None: one epoch) with this variant's input pipeline."""
-        v = self.variant
-        if v.input_pipeline == "on_device":
-            self.on_device(steps if steps is not None else None)
-        elif v.input_pipeline == "tf.data":
-            feed = self.dataset if steps is None else self.dataset.take(steps)
-            self.model.fit(feed, epochs=1, verbose=0, shuffle=False)  # the dataset shuffles
-        else:
-            n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
-            self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=1, verbose=0)
-
     def timed(self, steps: int | None) -> float:
-        """Seconds for `fit_steps(steps)`, ended with a device sync."""
+        """Seconds to train `steps` steps (None: one epoch), ended with a device sync.
+
+        With `fit`, an epoch clock times the steps themselves, as in a long training
+        run, not the set-up that each short `fit` call adds.
+        """
         from gpubench import timing  # noqa: PLC0415 - imports TensorFlow
 
-        start = time.perf_counter()
-        self.fit_steps(steps)
-        timing.sync()
-        return time.perf_counter() - start
+        v = self.variant
+        if v.input_pipeline == "on_device":
+            start = time.perf_counter()
+            self.on_device(steps)
+            timing.sync()
+            return time.perf_counter() - start
+        clock = timing.EpochTimer()
+        if v.input_pipeline == "tf.data":
+            feed = self.dataset if steps is None else self.dataset.take(steps)
+            self.model.fit(feed, epochs=1, verbose=0, shuffle=False,  # the dataset shuffles
+                           callbacks=[clock])
+        else:
+            n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
+            self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=1, verbose=0,
+                           callbacks=[clock])
+        return clock.epoch_seconds[0]
+
+    def evaluate(self, split) -> None:
+        """Test loss and accuracy after the rounds (not for a failed or time-boxed variant)."""
+        from gpubench import devices  # noqa: PLC0415
+
+        if self.status != "ok" or self.boxed_steps is not None or len(self.round_seconds) < 2:
+            return
+        with devices.scope(self.device):
+            loss, accuracy = self.model.evaluate(split.x_test, split.y_test, verbose=0,
+                                                 batch_size=max(self.variant.batch_size, 256))
+        self.test_loss, self.test_accuracy = float(loss), float(accuracy)
+
+    def rates(self) -> list[float]:
+        """Samples per second of each steady round so far."""
+        per_round = (self.boxed_steps * self.variant.batch_size if self.boxed_steps
+                     else len(self.x))
+        return steady_rates(self.round_seconds, per_round)
 
 
 def _on_device_feed(model, x_dev, y_dev, batch_size: int, steps_per_execution: int,
@@ -482,13 +521,14 @@ def _probe(trainer: _Trainer) -> None:
     """Compile, then time growing step counts until one lasts PROBE_SECONDS (or covers an epoch).
 
     The cost of a step is the difference between the last two probes over their
-    difference in steps, so that the fixed cost of a `fit` call does not count.
+    difference in steps, so that the fixed cost of an epoch does not count; a
+    second probe of the same trainer keeps the lower cost of the two.
     """
     from gpubench import devices  # noqa: PLC0415
 
     spe = trainer.variant.steps_per_execution
     with devices.scope(trainer.device):
-        trainer.fit_steps(spe)  # tracing and compilation
+        trainer.timed(spe)  # tracing and compilation
         steps, seconds = spe, trainer.timed(spe)
         previous = None
         while seconds < PROBE_SECONDS and steps < trainer.steps_per_epoch:
@@ -498,7 +538,7 @@ def _probe(trainer: _Trainer) -> None:
     per_step = seconds / steps
     if previous is not None and seconds > previous[1]:
         per_step = (seconds - previous[1]) / (steps - previous[0])
-    trainer.probe_step_seconds = per_step
+    trainer.probe_step_seconds = min(trainer.probe_step_seconds, per_step)
 
 
 def _projected_epoch(trainer: _Trainer) -> float:
@@ -506,7 +546,11 @@ def _projected_epoch(trainer: _Trainer) -> float:
 
 
 def _decide_box(trainer: _Trainer, baseline_epoch: float) -> None:
-    """Time-box a variant whose probe projects an epoch BOX_FACTOR x the baseline's or more."""
+    """Time-box a variant whose probe projects an epoch BOX_FACTOR x the baseline's or more,
+    twice: one probe slowed by a busy machine does not box a variant."""
+    if _projected_epoch(trainer) <= BOX_FACTOR * baseline_epoch:
+        return
+    _probe(trainer)
     if _projected_epoch(trainer) <= BOX_FACTOR * baseline_epoch:
         return
     spe = trainer.variant.steps_per_execution
@@ -514,16 +558,19 @@ def _decide_box(trainer: _Trainer, baseline_epoch: float) -> None:
     trainer.boxed_steps = max(spe, min(steps, trainer.steps_per_epoch - 1))
 
 
-def _best_settings(trainers: Sequence[_Trainer]) -> dict:
-    """Each factor's value with the best probe rate (the baseline's value if none beats it)."""
+def best_settings(trainers: Sequence[_Trainer]) -> dict:
+    """Each factor's value whose rounds were clearly fastest against the baseline's (else the
+    baseline's value); time-boxed and failed variants never count."""
     settings = BASELINE.settings()
-    base = next(t for t in trainers if t.variant.factor == "baseline")
+    base = trainers[0].rates()
     for factor in FACTORS:
-        best, best_rate = getattr(BASELINE, factor), _probe_rate(base)
+        best = 1.0
         for t in trainers:
-            if t.variant.factor == factor and _probe_rate(t) > best_rate:
-                best, best_rate = getattr(t.variant, factor), _probe_rate(t)
-        settings[factor] = best
+            if t.variant.factor != factor or t.status != "ok" or t.boxed_steps is not None:
+                continue
+            effect = compare(base, t.rates())
+            if effect["verdict"] == "faster" and effect["speedup"] > best:
+                best, settings[factor] = effect["speedup"], getattr(t.variant, factor)
     return settings
 
 
@@ -542,27 +589,23 @@ def _prepared(variant: Variant, model_name: str, device: str, split, learning_ra
     return trainer
 
 
-def measure_device(
-    model_name: str,
-    split,
-    device: str,
-    values: dict[str, Sequence],
-    *,
-    epochs: int,
-    learning_rate: float | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> list[_Trainer]:
-    """Probe every variant (and the combination of the best values), then run interleaved rounds."""
-    say = progress or (lambda text: None)
+def _prepare_all(variants_: Sequence[Variant], model_name: str, device: str, split,
+                 learning_rate, say: Callable[[str], None]) -> list[_Trainer]:
+    """Build and probe each variant, saying what each probe found."""
     trainers = []
-    for variant in variants(values):
+    for variant in variants_:
         start = time.perf_counter()
         trainers.append(_prepared(variant, model_name, device, split, learning_rate))
         say(f"{device}: probed {variant.label}: {_probe_rate(trainers[-1]):,.0f} images/s "
             f"({time.perf_counter() - start:.1f} s)")
-    combined = Variant("combined", **_best_settings(trainers))
-    trainers.append(_prepared(combined, model_name, device, split, learning_rate))
-    baseline_epoch = _projected_epoch(trainers[0])
+    return trainers
+
+
+def _rounds(trainers: Sequence[_Trainer], device: str, epochs: int, baseline_epoch: float,
+            say: Callable[[str], None]) -> None:
+    """Time-box the slow variants, then train every working one in `epochs` interleaved rounds."""
+    from gpubench import devices  # noqa: PLC0415
+
     for t in trainers:
         if t.status != "ok":
             say(f"{device}: {t.variant.label}: {t.status}: {t.error}")
@@ -572,8 +615,6 @@ def measure_device(
             say(f"{device}: {t.variant.label} projects {_projected_epoch(t):,.0f} s per epoch "
                 f"({_projected_epoch(t) / baseline_epoch:,.0f}x the baseline): time-boxed to "
                 f"{t.boxed_steps} steps per round")
-    from gpubench import devices  # noqa: PLC0415
-
     for round_index in range(epochs):
         start = time.perf_counter()
         for t in (t for t in trainers if t.status == "ok"):
@@ -587,13 +628,40 @@ def measure_device(
                 t.steps_done += t.boxed_steps or t.steps_per_epoch
         say(f"{device}: round {round_index + 1}/{epochs} done "
             f"({time.perf_counter() - start:.1f} s)")
-    return trainers
+
+
+def measure_device(
+    model_name: str,
+    split,
+    device: str,
+    values: dict[str, Sequence],
+    *,
+    epochs: int,
+    learning_rate: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[_Trainer]:
+    """Probe and run the one-factor variants in interleaved rounds; then the combination of the
+    values they found fastest, in rounds interleaved with a fresh baseline."""
+    say = progress or (lambda text: None)
+    trainers = _prepare_all(variants(values), model_name, device, split, learning_rate, say)
+    baseline_epoch = _projected_epoch(trainers[0])
+    _rounds(trainers, device, epochs, baseline_epoch, say)
+    for t in trainers:  # evaluated now: every variant after the same number of epochs
+        t.evaluate(split)
+    combined = Variant("combined", **best_settings(trainers))
+    say(f"{device}: the rounds' fastest values: {combined.label}")
+    pair = _prepare_all([BASELINE, combined], model_name, device, split, learning_rate, say)
+    _rounds(pair, device, epochs, baseline_epoch, say)
+    pair[1].evaluate(split)
+    if pair[0].status == "ok":
+        pair[1].paired_baseline_seconds = pair[0].round_seconds
+    return [*trainers, pair[1]]
 
 
 def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env: str,
             notebook: str) -> dict:
-    """The train record of one measured variant (evaluated on the test set unless time-boxed)."""
-    from gpubench import devices, results, timing, training  # noqa: PLC0415
+    """The train record of one measured variant."""
+    from gpubench import results, timing, training  # noqa: PLC0415
 
     v = trainer.variant
     common = dict(notebook=notebook, env=env, device=trainer.device, model=model_name,
@@ -605,11 +673,6 @@ def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env
         return results.make_record("train", status=trainer.status if trainer.status != "ok"
                                    else "error", error=trainer.error or "no steady round",
                                    epoch_seconds=list(trainer.round_seconds), **common)
-    accuracy = loss = None
-    if trainer.boxed_steps is None:
-        with devices.scope(trainer.device):
-            loss, accuracy = trainer.model.evaluate(split.x_test, split.y_test,
-                                                    batch_size=max(v.batch_size, 256), verbose=0)
     steady = timing.summarize(trainer.round_seconds[1:])
     common.update(training.mode_fields(trainer.model, input_pipeline=v.input_pipeline))
     record = results.make_record(
@@ -617,8 +680,8 @@ def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env
         first_epoch_seconds=trainer.round_seconds[0], steady_epoch_seconds=steady.median,
         steady_epoch_iqr=steady.iqr, steady_epoch_min=steady.min,
         total_seconds=sum(trainer.round_seconds),
-        test_accuracy=None if accuracy is None else float(accuracy),
-        test_loss=None if loss is None else float(loss),
+        test_accuracy=trainer.test_accuracy, test_loss=trainer.test_loss,
+        paired_baseline_seconds=trainer.paired_baseline_seconds,
         steps_measured=trainer.steps_done, time_boxed=trainer.boxed_steps is not None, **common)
     record["samples_per_second"] = max(round_rates(record))
     if record.get("flops_per_sample"):

@@ -132,6 +132,65 @@ def test_findings_name_what_matters():
     assert "no clear effect: XLA on" in text
 
 
+def _trainer(factor, seconds, probe_seconds=1.0, boxed=None, **settings):
+    """A measured variant (no model): 1000 images per round, the given round seconds."""
+    variant = factors.Variant(factor, **settings)
+    return factors._Trainer(variant, "cpu", None, [0] * 1000, None, round_seconds=list(seconds),
+                            probe_step_seconds=probe_seconds, boxed_steps=boxed)
+
+
+@pytest.mark.parametrize("second_probe, boxed", [(0.02, None), (0.25, 4), (5.0, 1)])
+def test_a_variant_is_time_boxed_only_when_a_second_probe_agrees(monkeypatch, second_probe, boxed):
+    monkeypatch.setattr(factors, "_probe", lambda t: setattr(
+        t, "probe_step_seconds", min(t.probe_step_seconds, second_probe)))
+    slow = _trainer("precision", (), probe_seconds=1.0, precision="mixed_float16")
+    slow.steps_per_epoch = 50  # 50 s projected against a 1 s baseline epoch
+    factors._decide_box(slow, baseline_epoch=1.0)
+    assert slow.boxed_steps == boxed  # steps that last about one baseline epoch (the faster probe)
+
+
+def test_the_combination_takes_the_values_the_rounds_found_clearly_fastest():
+    trainers = [
+        _trainer("baseline", (9, 1.0, 1.0, 1.0)),
+        # The probe favours batch 256; the rounds say batch 1024.
+        _trainer("batch_size", (9, 0.8, 0.8, 0.8), probe_seconds=0.01, batch_size=256),
+        _trainer("batch_size", (9, 0.4, 0.5, 0.45), batch_size=1024),
+        _trainer("precision", (9, 0.8, 1.3, 0.9), precision="mixed_bfloat16"),  # straddles 1
+        _trainer("precision", (9, 0.1, 0.1, 0.1), boxed=2, precision="mixed_float16"),  # boxed
+        _trainer("xla", (9, 1.5, 1.5, 1.5), xla="on"),  # slower
+        _trainer("input_pipeline", (9, 0.9, 0.9, 0.9), input_pipeline="tf.data"),
+        _trainer("input_pipeline", (9, 0.7, 0.75, 0.7), input_pipeline="on_device"),
+    ]
+    assert factors.best_settings(trainers) == {
+        "batch_size": 1024, "precision": "float32", "xla": "off", "steps_per_execution": 1,
+        "input_pipeline": "on_device"}
+    trainers[2].status = "oom"  # a failed variant never counts
+    assert factors.best_settings(trainers)["batch_size"] == 256
+
+
+def test_the_combination_is_compared_with_the_baseline_rounds_it_ran_beside():
+    combined = _record(factor="combined", batch_size=1000, seconds=(9, 0.5, 0.5, 0.5),
+                       paired_baseline_seconds=[9, 2.0, 2.0, 2.0])
+    rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
+    assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(4.0)
+    del combined["paired_baseline_seconds"]  # a schema-2 record from before: the first baseline
+    rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
+    assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(2.0)
+
+
+def test_findings_say_when_the_combination_is_slower_than_one_factor_alone():
+    rows = factors.effects([
+        _record(), _record(factor="batch_size", batch_size=1000, seconds=(9, 0.4, 0.4, 0.4)),
+        _record(factor="combined", batch_size=1000, jit=True, seconds=(9, 0.5, 0.5, 0.5)),
+    ])
+    text = factors.findings(rows)
+    assert "runs at 2.00x the book's setting" in text
+    assert "less than batch 1000 alone" in text
+    faster = factors.effects([rows[0]["record"], rows[1]["record"],
+                              _record(factor="combined", seconds=(9, 0.2, 0.2, 0.2))])
+    assert "alone" not in factors.findings(faster)
+
+
 def test_variants_change_one_factor_at_a_time():
     found = factors.variants({"batch_size": [32, 100, 1024], "precision": ["float32"],
                               "xla": ["off", "on"]})
@@ -186,6 +245,8 @@ def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
     assert by[("baseline", "arrays")]["jit_compile"] is False
     assert by[("steps_per_execution", "arrays")]["steps_per_execution"] == 4
     assert by[("input_pipeline", "on_device")]["test_accuracy"] is not None
+    # The combination ran beside a fresh baseline, whose rounds its record keeps.
+    assert len(by[("combined", records[-1]["input_pipeline"])]["paired_baseline_seconds"]) == 2
     for r in records:
         assert r["status"] == "ok", (r["factor"], r["error"])
         assert len(r["epoch_seconds"]) == 2 and r["epochs"] == 2
@@ -225,9 +286,9 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
                               input_pipeline="on_device")  # 605 images: 6 full batches
     trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)
     assert trainer.status == "ok", trainer.error
-    trainer.fit_steps(13)  # 6 + 6 + 1: two passes and one step into a third
-    trainer.fit_steps(None)  # one epoch, the last 5 images in a batch of their own
+    trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
+    trainer.timed(None)  # one epoch, the last 5 images in a batch of their own
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
     trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
-    trainer.fit_steps(3)
+    trainer.timed(3)

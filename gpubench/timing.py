@@ -63,7 +63,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measurement:
-    """Time `warmup` calls of `fn`, the first reported alone (tracing, compilation), then `repeats`."""
+    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls."""
     positive_int("warmup", warmup)
     positive_int("repeats", repeats)
     first = _timed(fn)

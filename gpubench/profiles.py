@@ -1,9 +1,7 @@
 """Each notebook's parameters, their accepted values, and their defaults in the `full` (the book's)
-and `quick` (a smoke run) profiles. No TensorFlow or numpy: the runner checks parameters first.
-
-None takes the profile's default; so does, in the quick profile, a value equal to the book's.
-`profile=None` reads GPUBENCH_PROFILE (else "full"), `data_source=None` GPUBENCH_DATA_SOURCE
-(else "auto"), `data_dir=None` GPUBENCH_DATA_DIR.
+and `quick` (a smoke run) profiles; no TensorFlow or numpy. None takes the profile's default (so
+does the book's value in the quick profile); None for profile, data_source, data_dir reads
+GPUBENCH_PROFILE (else "full"), GPUBENCH_DATA_SOURCE (else "auto"), GPUBENCH_DATA_DIR.
 """
 
 from __future__ import annotations
@@ -87,13 +85,6 @@ EXPECTED_SECONDS = {
 }
 
 
-def check_notebook(notebook: str) -> str:
-    """Return `notebook` if it is one of NOTEBOOKS, else raise naming it and the accepted ones."""
-    if notebook not in NOTEBOOKS:
-        raise ValueError(f"unknown notebook {notebook!r}; use one of {', '.join(NOTEBOOKS)}")
-    return notebook
-
-
 def resolve_profile(profile: str | None) -> str:
     """The profile to use: `profile`, else GPUBENCH_PROFILE, else "full"."""
     chosen = profile if profile is not None else os.environ.get("GPUBENCH_PROFILE") or "full"
@@ -104,8 +95,10 @@ def resolve_profile(profile: str | None) -> str:
 
 
 def parameter_names(notebook: str) -> list[str]:
-    """The parameters a notebook takes, in the order of its parameters cell."""
-    return [*COMMON, *PARAMS[check_notebook(notebook)]]
+    """The parameters a notebook takes, in the order of its parameters cell; or raise naming it."""
+    if notebook not in NOTEBOOKS:
+        raise ValueError(f"unknown notebook {notebook!r}; use one of {', '.join(NOTEBOOKS)}")
+    return [*COMMON, *PARAMS[notebook]]
 
 
 def check_names(notebook: str, given: dict) -> None:
@@ -119,9 +112,8 @@ def check_names(notebook: str, given: dict) -> None:
 def resolve(notebook: str, **given) -> tuple[dict, dict]:
     """(parameters with the profile's values filled in, {name: (book, quick)} for those replaced)."""
     check_names(notebook, given)
-    profile = resolve_profile(given.get("profile"))
     params = {name: given.get(name) for name in parameter_names(notebook)}
-    params["profile"] = profile
+    params["profile"] = profile = resolve_profile(given.get("profile"))
     changed = {}
     book = DEFAULTS["full"][notebook]
     for name, default in DEFAULTS[profile][notebook].items():

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gpubench import checks, profiles
+from gpubench import checks
 
 MODELS = ("mlp_h1000", "mnist_cnn")
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
@@ -99,41 +99,16 @@ def variants(values: dict[str, Sequence]) -> list[Variant]:
 # --- parameters (no TensorFlow) ------------------------------------------------------------
 
 
-def _as_list(name: str, value) -> list:
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"{name} must be a non-empty list, got {value!r}; "
-                         f"with papermill pass it as YAML: -y '{name}: [..]'")
-    return list(value)
-
-
-def _check_choices(name: str, value, choices: Sequence[str]) -> list[str]:
-    values = _as_list(name, value)
-    for item in values:
-        if item not in choices:
-            raise ValueError(f"{name}: unknown value {item!r}; use any of {', '.join(choices)}")
-    return values
-
-
 def check_params(params: dict) -> dict:
-    """Check Speed_Factors' own parameters (model, epochs and the factor lists); no TensorFlow.
-
-    Returns a copy with each list parameter as a list. Raises ValueError naming the bad value.
-    """
-    params = dict(params)
+    """Speed_Factors' rules beyond each value's own (`notebook.check_value` checks those first):
+    its two models, two rounds or more, XLA off or on. Raises ValueError naming the bad value."""
     if params.get("model") not in MODELS:
         raise ValueError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
                          f"use one of {', '.join(MODELS)}")
     checks.positive_int("epochs", params.get("epochs"), minimum=2)
-    checks.positive_int("max_train_samples", params.get("max_train_samples"), allow_none=True)
-    for name in ("batch_sizes", "steps_per_execution"):
-        params[name] = [checks.positive_int(f"{name} item", item)
-                        for item in _as_list(name, params.get(name))]
-    for name, factor in LIST_PARAMS.items():
-        if factor in profiles.CHOICES:
-            choices = [c for c in profiles.CHOICES[factor] if c != "auto"]  # XLA: off or on here
-            params[name] = _check_choices(name, params.get(name), choices)
+    if "auto" in (params.get("xla_modes") or ()):
+        raise ValueError("xla_modes: 'auto' lets Keras choose, which differs by device; "
+                         "list the modes to compare: off, on")
     return params
 
 

@@ -204,14 +204,17 @@ def test_variants_change_one_factor_at_a_time():
 @pytest.mark.parametrize("change, message", [
     ({"model": "cifar_cnn"}, "cifar_cnn"), ({"epochs": 1}, "epochs"),
     ({"batch_sizes": [100, 0]}, "0"), ({"precisions": ["float8"]}, "float8"),
-    ({"xla_modes": []}, "xla_modes"), ({"input_pipelines": ["generator"]}, "generator")])
+    ({"xla_modes": []}, "xla_modes"), ({"xla_modes": ["off", "auto"]}, "auto"),
+    ({"input_pipelines": ["generator"]}, "generator")])
 def test_check_params_names_the_bad_value(change, message):
-    params = dict(model="mlp_h1000", epochs=3, max_train_samples=None, batch_sizes=[100],
+    from gpubench import notebook
+
+    params = dict(model="mlp_h1000", epochs=3, max_train_samples=None, batch_sizes="100,1000",
                   precisions=["float32"], xla_modes=["off"], steps_per_execution=[1],
                   input_pipelines=["arrays"])
-    assert factors.check_params(params)["batch_sizes"] == [100]
+    assert notebook.check_params("Speed_Factors", params)["batch_sizes"] == [100, 1000]
     with pytest.raises(ValueError, match=message):
-        factors.check_params({**params, **change})
+        notebook.check_params("Speed_Factors", {**params, **change})
 
 
 def test_factors_module_loads_no_tensorflow():

@@ -311,3 +311,19 @@ def test_scaling_section_shows_replicas_workers_speed_and_efficiency(tmp_path):
 
 def test_no_scaling_section_without_scaling_records(tmp_path):
     assert "## Scaling" not in build_text(write_run(tmp_path, [train("cpu", 1.0)]))
+
+
+def test_show_displays_the_text_and_each_chart_where_report_md_has_it(tmp_path, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)] + _sweep(1.6))
+    report.show(report.build([tmp_path]))
+    kinds = [type(item).__name__ for item in shown]
+    assert kinds == ["Markdown", "Image", "Markdown", "Image", "Markdown", "Image", "Markdown",
+                     "Image", "Markdown"]
+    assert [Path(item.filename).name for item in shown[1::2]] == [
+        "epoch_times.png", "matmul_time.png", "matmul_gflops.png", "matmul_speedup.png"]
+    text = "".join(item.data for item in shown[::2])
+    assert "## Matrix multiplication" in text and "![" not in text

@@ -12,11 +12,10 @@ import tempfile
 def tensorflow():
     """Return the `tensorflow` module, imported with its C++ start-up chatter held back.
 
-    TensorFlow 2.21 prints absl/oneDNN info lines on file descriptor 2 while it
-    loads, whatever TF_CPP_MIN_LOG_LEVEL says. They are captured here and dropped;
-    if the import fails, they are printed with the error so nothing is hidden.
+    TensorFlow 2.21 prints absl/oneDNN info lines on file descriptor 2 while it loads, whatever
+    TF_CPP_MIN_LOG_LEVEL (set in gpubench/__init__.py) says: they are dropped, unless the import
+    fails; then they are printed with the error.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     sys.stderr.flush()

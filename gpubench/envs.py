@@ -200,12 +200,10 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
         f"setup again. To start from scratch: `{shlex.join([conda, 'env', 'remove', '-y', '-n', kernel])}`.",
         cwd=root, echo=echo, env=_conda_env(),
     )
-    if not ok:
-        return False
-    check = [conda, "run", "-n", kernel, "python", "-m", "ipykernel", "--version"]
-    return _register(
-        [conda, "run", "-n", kernel, "python"], name, CONDA_PYTHON, root,
-        f"ipykernel comes from {yml}; check `{shlex.join(check)}`, then run setup again.",
+    python = [conda, "run", "-n", kernel, "python"]
+    return ok and _register(
+        python, name, CONDA_PYTHON, root, f"ipykernel comes from {yml}; check "
+        f"`{shlex.join([*python, '-m', 'ipykernel', '--version'])}`, then run setup again.",
         echo, _conda_env(),
     )
 
@@ -329,9 +327,8 @@ def driver_python(root: Path | None = None) -> str:
         return str(_venv_python(root / VENV_DIRS["cpu"]))
     prefix = conda_envs(conda).get(kernel_name("cpu"))
     if prefix is None:
-        raise EnvError(
-            f"{conda} has no env {kernel_name('cpu')}; create it with `make setup` (or `gpubench setup`)"
-        )
+        raise EnvError(f"{conda} has no env {kernel_name('cpu')}; create it with "
+                       f"{SETUP_COMMANDS['cpu']}")
     return str(_conda_python(prefix))
 
 

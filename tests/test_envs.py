@@ -97,23 +97,27 @@ def conda_registered(kernel: str, root: Path) -> list[str]:
 # ---- conda / mamba / micromamba ------------------------------------------------------------
 
 @pytest.mark.parametrize(
-    ("envs_json", "expected"),
+    ("tool", "envs_json", "expected"),
     [
-        (ENVS_ABSENT, "env create -f environment-cpu.yml"),
-        (ENVS_PRESENT, "env update -n gpubench-cpu -f environment-cpu.yml --prune"),
+        ("conda", ENVS_ABSENT, "env create -f environment-cpu.yml"),
+        ("conda", ENVS_PRESENT, "env update -n gpubench-cpu -f environment-cpu.yml --prune"),
+        ("micromamba", ENVS_ABSENT, "create -y -f environment-cpu.yml"),
+        ("micromamba", ENVS_PRESENT, "update -y -n gpubench-cpu -f environment-cpu.yml"),
     ],
-    ids=["absent-create", "present-update"],
+    ids=["conda-create", "conda-update", "micromamba-create", "micromamba-update"],
 )
-def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tmp_path, envs_json, expected):
+def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tmp_path, tool,
+                                                               envs_json, expected):
     log = tmp_path / "conda.log"
-    fake_conda(bin_dir, "conda", log, envs_json)
+    fake_conda(bin_dir, tool, log, envs_json)
     fake_nvidia_smi(bin_dir, "fail")
+    assert envs.find_conda() == str(bin_dir / tool)
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
     assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
     assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 3  # the yml's `-e .[cpu]` is relative to root
     printed = "\n".join(out)
-    assert f"$ {bin_dir / 'conda'} {expected}" in printed
+    assert f"$ {bin_dir / tool} {expected}" in printed
     assert "Kernels registered: gpubench-cpu" in printed
     assert "make run" in printed
 
@@ -176,22 +180,6 @@ def test_conda_missing_yml_fails_clearly(bin_dir, root, tmp_path):
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 1
     assert "environment-cpu.yml is missing" in "\n".join(out)
-
-
-@pytest.mark.parametrize(
-    ("envs_json", "expected"),
-    [
-        (ENVS_ABSENT, "create -y -f environment-cpu.yml"),
-        (ENVS_PRESENT, "update -y -n gpubench-cpu -f environment-cpu.yml"),
-    ],
-    ids=["absent-create", "present-update"],
-)
-def test_micromamba_commands(bin_dir, root, tmp_path, envs_json, expected):
-    log = tmp_path / "micromamba.log"
-    fake_conda(bin_dir, "micromamba", log, envs_json)
-    assert envs.find_conda() == str(bin_dir / "micromamba")
-    assert envs.setup(root=root, echo=lambda line: None) == 0
-    assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
 
 
 def test_mamba_preferred_over_conda_and_micromamba(bin_dir, root, tmp_path):

@@ -36,44 +36,38 @@ PARAMS = {  # each notebook's own parameters, in its parameters cell's order
                           "epochs", "max_train_samples", *_DATA, "virtual_devices"),
 }
 
-_BOOK_SIZES = list(range(500, 5001, 500))
-_FACTORS = {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
-            "steps_per_execution": [1, 32], "input_pipelines": list(CHOICES["input_pipeline"])}
-_SCALING = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_batch_size": 100,
-            "scaling": "weak", "dataset": "mnist", "virtual_devices": None}
 
-
-def _chapter(epochs: int, batch_size: int, max_train_samples: int | None, dataset: str) -> dict:
+def _chapter(epochs: int, batch_size: int, dataset: str) -> dict:
     """A training chapter's defaults; XLA off and float32 in every env: like for like (issue 9)."""
     return {"device": "auto", "epochs": epochs, "batch_size": batch_size,
-            "max_train_samples": max_train_samples, "dataset": dataset, "xla": "off",
-            "precision": "float32"}
+            "max_train_samples": None, "dataset": dataset, "xla": "off", "precision": "float32"}
 
 
-DEFAULTS = {
-    "full": {
-        "performanceTest": {"sizes": _BOOK_SIZES, "devices": None, "repeats": 5,
-                            "dtype": ["float32", "bfloat16", "float16"]},
-        "Mnist_MLP_h1000": _chapter(15, 100, None, "mnist"),
-        "Mnist_CNN": _chapter(15, 100, None, "mnist"),
-        "Keras_Cifar_CNN": _chapter(15, 128, None, "cifar10"),
-        "Speed_Factors": {**_FACTORS, "epochs": 5, "max_train_samples": None,
-                          "batch_sizes": [32, 100, 256, 1024, 4096],
-                          "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
-        "Multi_GPU_Scaling": {**_SCALING, "epochs": 5, "max_train_samples": None},
-    },
-    "quick": {
-        "performanceTest": {"sizes": [500, 1000, 1500, 2000], "devices": None, "repeats": 3,
-                            "dtype": "float32"},
-        "Mnist_MLP_h1000": _chapter(3, 100, 12000, "mnist"),
-        "Mnist_CNN": _chapter(3, 100, 10000, "mnist"),
-        "Keras_Cifar_CNN": _chapter(3, 128, 3000, "cifar10"),
-        "Speed_Factors": {**_FACTORS, "epochs": 3, "max_train_samples": 3000,
-                          "batch_sizes": [100, 1000], "precisions": ["float32", "mixed_bfloat16"],
-                          "xla_modes": ["off", "on"]},
-        "Multi_GPU_Scaling": {**_SCALING, "epochs": 3, "max_train_samples": 6000},
-    },
+_FULL = {  # the book's settings
+    "performanceTest": {"sizes": list(range(500, 5001, 500)), "devices": None, "repeats": 5,
+                        "dtype": ["float32", "bfloat16", "float16"]},
+    "Mnist_MLP_h1000": _chapter(15, 100, "mnist"),
+    "Mnist_CNN": _chapter(15, 100, "mnist"),
+    "Keras_Cifar_CNN": _chapter(15, 128, "cifar10"),
+    "Speed_Factors": {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
+                      "steps_per_execution": [1, 32],
+                      "input_pipelines": list(CHOICES["input_pipeline"]), "epochs": 5,
+                      "max_train_samples": None, "batch_sizes": [32, 100, 256, 1024, 4096],
+                      "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
+    "Multi_GPU_Scaling": {"model": "mlp_h1000", "devices": None, "replicas": None,
+                          "per_replica_batch_size": 100, "scaling": "weak", "dataset": "mnist",
+                          "virtual_devices": None, "epochs": 5, "max_train_samples": None},
 }
+_QUICK = {  # what the quick profile changes
+    "performanceTest": {"sizes": [500, 1000, 1500, 2000], "repeats": 3, "dtype": "float32"},
+    "Mnist_MLP_h1000": {"epochs": 3, "max_train_samples": 12000},
+    "Mnist_CNN": {"epochs": 3, "max_train_samples": 10000},
+    "Keras_Cifar_CNN": {"epochs": 3, "max_train_samples": 3000},
+    "Speed_Factors": {"epochs": 3, "max_train_samples": 3000, "batch_sizes": [100, 1000],
+                      "precisions": ["float32", "mixed_bfloat16"]},
+    "Multi_GPU_Scaling": {"epochs": 3, "max_train_samples": 6000},
+}
+DEFAULTS = {"full": _FULL, "quick": {nb: {**_FULL[nb], **_QUICK[nb]} for nb in NOTEBOOKS}}
 
 # Rough wall time of each notebook on a 2-core CPU, kernel start included (seconds);
 # the runner weighs its progress bar and ETA with these.

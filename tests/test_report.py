@@ -124,9 +124,9 @@ def test_skipped_lines_are_listed_and_the_rest_reported(tmp_path):
                  + ', "epochs": "15"}\n{"sche')
     with pytest.warns(UserWarning):
         text = build_text(tmp_path)
-    assert f"results.jsonl:2: skipped: unknown schema version 99" in text
-    assert f"results.jsonl:3: skipped: train field 'epochs' has the wrong type: '15'" in text
-    assert f"results.jsonl:4: skipped: not a JSON record" in text
+    assert "results.jsonl:2: skipped: unknown schema version 99" in text
+    assert "results.jsonl:3: skipped: train field 'epochs' has the wrong type: '15'" in text
+    assert "results.jsonl:4: skipped: not a JSON record" in text
     assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
 
 

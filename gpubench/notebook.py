@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 import importlib
 import os
-from dataclasses import field, make_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from gpubench import __version__, checks, devices, profiles, results  # devices: no TensorFlow yet
 
@@ -22,22 +22,18 @@ _LISTS_OF = {"precisions": "precision", "xla_modes": "xla", "input_pipelines": "
 # Notebooks with rules beyond one value at a time (Speed_Factors needs two epochs or more).
 _OWN_RULES = {"Speed_Factors": "gpubench.factors", "Multi_GPU_Scaling": "gpubench.scaling"}
 
-Config = make_dataclass(
-    "Config",
-    [("notebook", str), ("store", results.ResultsStore), ("environment", dict),
-     ("changed", dict, field(default_factory=dict)),  # {name: (book value, quick value)}
-     *[(name, object, field(default=None)) for name in
-       dict.fromkeys(n for nb in profiles.NOTEBOOKS for n in profiles.parameter_names(nb))]],
-    namespace={
-        "__doc__": "A notebook's resolved parameters (one field each), its results store and machine.",
-        "params": property(lambda self: {n: getattr(self, n)
-                                         for n in profiles.parameter_names(self.notebook)},
-                           doc="This notebook's parameters, in the parameters cell's order."),
-        "recording": property(lambda self: {"store": self.store, "env": self.env_name,
-                                            "notebook": self.notebook},
-                              doc="store/env/notebook keyword arguments for a record."),
-    },
-)
+class Config(SimpleNamespace):
+    """A notebook's resolved parameters (one attribute each), its results store and machine."""
+
+    @property
+    def params(self) -> dict:
+        """This notebook's parameters, in the parameters cell's order."""
+        return {n: getattr(self, n) for n in profiles.parameter_names(self.notebook)}
+
+    @property
+    def recording(self) -> dict:
+        """store/env/notebook keyword arguments for a record."""
+        return {"store": self.store, "env": self.env_name, "notebook": self.notebook}
 
 
 def _hint(name: str) -> str:
@@ -129,8 +125,8 @@ def start(notebook: str, values: dict | None = None, **given) -> Config:
     params = _resolve_devices(check_params(notebook, params))  # env variables' values too
     params["env_name"] = params["env_name"] or results.default_env_name()
     params["results_path"] = str(params["results_path"] or results.default_results_path())
-    config = Config(notebook, results.ResultsStore(params["results_path"]),
-                    results.environment_snapshot(), changed, **params)
+    config = Config(notebook=notebook, store=results.ResultsStore(params["results_path"]),
+                    environment=results.environment_snapshot(), changed=changed, **params)
     print(describe(config))
     return config
 

@@ -17,6 +17,7 @@ No TensorFlow at import time: `include_in_run` and `check_params` are pure Pytho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubench import checks, profiles, results
+from gpubench._tf import tensorflow as _tf
+from gpubench.notebook import check_value
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
@@ -63,31 +66,16 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
 def check_params(params: dict) -> dict:
     """Check Multi_GPU_Scaling's own parameters (no TensorFlow); return them normalised.
 
-    `devices` becomes a list of names (or None), `replicas` a list of ints (or None).
-    Device names are checked against the machine later, by `local_devices`.
+    `devices` and `replicas` become lists (or stay None) by the project's rule, `check_value`;
+    device names are checked against the machine later, by `local_devices`.
     """
-    params = dict(params)
     if params.get("model") not in profiles.CHOICES["model"]:
         raise ValueError(f"unknown model {params.get('model')!r}; use one of "
                          f"{', '.join(profiles.CHOICES['model'])}")
-    names = params.get("devices")
-    if isinstance(names, str):
-        names = [names]
-    if names is not None and (not names or not all(isinstance(n, str) for n in names)):
-        raise ValueError(f"devices must be a device name or a list of them, got {params['devices']!r}")
-    params["devices"] = names
-    replicas = params.get("replicas")
-    if isinstance(replicas, int) and not isinstance(replicas, bool):
-        replicas = [replicas]
-    if replicas is not None:
-        if not isinstance(replicas, (list, tuple)) or not replicas:
-            raise ValueError(f"replicas must be a positive integer or a list of them, got {replicas!r}")
-        replicas = [checks.positive_int("replicas", r) for r in replicas]
-    params["replicas"] = replicas
     checks.positive_int("per_replica_batch_size", params.get("per_replica_batch_size"))
     checks.positive_int("epochs", params.get("epochs"))
-    checks.positive_int("max_train_samples", params.get("max_train_samples"), allow_none=True)
-    checks.positive_int("virtual_devices", params.get("virtual_devices"), allow_none=True)
+    params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
+                           ("devices", "replicas", "max_train_samples", "virtual_devices")}}
     if params.get("scaling") not in SCALINGS:
         raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch per "
                          "replica) or \"strong\" (fixed global batch)")
@@ -132,12 +120,6 @@ def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tu
 
 
 # ---------------------------------------------------------------- devices and strategies
-
-
-def _tf():
-    from gpubench._tf import tensorflow  # noqa: PLC0415 - TensorFlow only when training
-
-    return tensorflow()
 
 
 def split_cpu(count: int | None) -> None:
@@ -311,12 +293,10 @@ def train(strategy, model_name: str, split, *, batch: int, epochs: int, seed: in
           shuffle: bool = True, verbose: bool = True) -> Measured:
     """Build `model_name` in `strategy`'s scope and train it for `epochs` with the shared step."""
     tf = _tf()
-    import keras  # noqa: PLC0415 - loaded by _tf()
-
     from gpubench import models  # noqa: PLC0415 - imports TensorFlow
 
     checks.positive_int("epochs", epochs)
-    keras.utils.set_random_seed(seed)
+    models.keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = models.build(model_name)
         model.optimizer.build(model.trainable_variables)
@@ -368,43 +348,29 @@ def evaluate(model, x, y, batch: int = 1000) -> tuple[float, float]:
 # ---------------------------------------------------------------- records
 
 
-def record(measured: Measured, *, strategy: str, replicas: int, workers: int, batch: int,
-           per_replica: int, scaling: str, devices: Sequence[str], all_reduce: str,
-           virtual_devices: int | None, one_replica_sps: float | None, model_name: str,
-           data, env: str, notebook: str) -> dict:
-    """The `scaling` record of one run, with its efficiency against the one-replica run."""
-    from gpubench import timing  # noqa: PLC0415
+def _placed(devices: Sequence[str]) -> dict:
+    """A record's `device` ("cpu:0,cpu:1") and `devices` (["cpu:0", "cpu:1"]) fields."""
+    names = [canonical(d) for d in devices]
+    return {"device": ",".join(names), "devices": names}
 
-    seconds = measured.epoch_seconds
-    steady = timing.summarize(seconds[1:]) if len(seconds) > 1 else None
-    per_epoch = steady.median if steady else seconds[0]
-    sps = measured.train_samples / per_epoch
-    flops = measured.flops_per_sample
-    efficiency = sps / (replicas * one_replica_sps) if one_replica_sps else None
+
+def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
+    """The `scaling` record of one run (`fields`: where and how), with its efficiency against
+    the one-replica run's `one_replica_sps`."""
+    from gpubench import training  # noqa: PLC0415 - imports TensorFlow
+
+    timed = training.timing_fields(measured.epoch_seconds, measured.train_samples,
+                                   measured.flops_per_sample)
+    base = fields["replicas"] * one_replica_sps if one_replica_sps else None
     return results.make_record(
-        "scaling", notebook=notebook, env=env, device=",".join(canonical(d) for d in devices),
-        model=model_name, dataset=data.name, data_source=data.source, epochs=len(seconds),
-        batch_size=batch, train_samples=measured.train_samples, validation_samples=0,
-        epoch_seconds=seconds, first_epoch_seconds=seconds[0],
-        steady_epoch_seconds=steady.median if steady else None,
-        steady_epoch_iqr=steady.iqr if steady else None,
-        steady_epoch_min=steady.min if steady else None, total_seconds=float(sum(seconds)),
-        samples_per_second=sps, test_accuracy=measured.test_accuracy,
-        test_loss=measured.test_loss, jit_compile=False, precision="float32",
-        steps_per_execution=1, input_pipeline="tf.data", flops_per_sample=flops,
-        achieved_gflops=flops * sps / 1e9, strategy=strategy, replicas=replicas,
-        workers=workers, global_batch_size=batch, per_replica_batch_size=per_replica,
-        scaling=scaling, scaling_efficiency=efficiency, all_reduce=all_reduce,
-        virtual_devices=virtual_devices, devices=[canonical(d) for d in devices],
-        final_loss=measured.final_loss,
+        "scaling", **fields, **timed, epochs=len(measured.epoch_seconds),
+        batch_size=fields["global_batch_size"], train_samples=measured.train_samples,
+        validation_samples=0, steady_epoch_min=min(measured.epoch_seconds[1:], default=None),
+        test_accuracy=measured.test_accuracy, test_loss=measured.test_loss, jit_compile=False,
+        precision="float32", steps_per_execution=1, input_pipeline="tf.data",
+        flops_per_sample=measured.flops_per_sample, final_loss=measured.final_loss,
+        scaling_efficiency=timed["samples_per_second"] / base if base else None,
     )
-
-
-def _failed(exc: BaseException, **fields) -> dict:
-    """An error (or oom) record for a run that did not finish."""
-    status = "oom" if checks.is_oom(exc) else "error"
-    return results.make_record("scaling", status=status,
-                               error=f"{type(exc).__name__}: {exc}".strip(), **fields)
 
 
 def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
@@ -419,43 +385,39 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     """
     from gpubench import training  # noqa: PLC0415
 
-    check_params({"model": model_name, "devices": devices, "replicas": replicas,
-                  "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
-                  "epochs": epochs, "virtual_devices": virtual_devices})
+    params = check_params({"model": model_name, "devices": devices, "replicas": replicas,
+                           "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
+                           "epochs": epochs, "virtual_devices": virtual_devices})
     split_cpu(virtual_devices)
-    chosen = local_devices(devices)
-    counts = check_replicas(replicas, len(chosen))
+    chosen = local_devices(params["devices"])
+    counts = check_replicas(params["replicas"], len(chosen))
     split = training.prepare(model_name, data)
     env = env or results.default_env_name()
     records, base = [], None
     for count in counts:
         batch, per_replica = global_batch(scaling, per_replica_batch_size, count)
         strategy, all_reduce = mirrored(chosen[:count])
-        print(f"{count} replica(s) on {', '.join(canonical(d) for d in chosen[:count])}: "
-              f"global batch {batch} ({per_replica} per replica), all-reduce {all_reduce}",
-              flush=True)
-        common = dict(notebook=notebook, env=env, device=",".join(canonical(d) for d in chosen[:count]),
-                      model=model_name, dataset=data.name, data_source=data.source,
-                      strategy="mirrored", replicas=count, workers=1, global_batch_size=batch,
+        fields = dict(notebook=notebook, env=env, **_placed(chosen[:count]), model=model_name,
+                      dataset=data.name, data_source=data.source, strategy="mirrored",
+                      replicas=count, workers=1, global_batch_size=batch,
                       per_replica_batch_size=per_replica, scaling=scaling, all_reduce=all_reduce,
                       virtual_devices=virtual_devices)
+        print(f"{count} replica(s) on {', '.join(fields['devices'])}: global batch {batch} "
+              f"({per_replica} per replica), all-reduce {all_reduce}", flush=True)
         try:
             measured = train(strategy, model_name, split, batch=batch, epochs=epochs, seed=seed)
         except BaseException as exc:
             if store is not None:
-                store.append(_failed(exc, **common))
+                store.append(results.make_record(
+                    "scaling", status="oom" if checks.is_oom(exc) else "error",
+                    error=f"{type(exc).__name__}: {exc}".strip(), **fields))
             raise
-        rec = record(measured, strategy="mirrored", replicas=count, workers=1, batch=batch,
-                     per_replica=per_replica, scaling=scaling, devices=chosen[:count],
-                     all_reduce=all_reduce, virtual_devices=virtual_devices,
-                     one_replica_sps=base, model_name=model_name, data=data, env=env,
-                     notebook=notebook)
+        records.append(record(measured, base, **fields))
         if count == 1:
-            base = rec["samples_per_second"]
-            rec["scaling_efficiency"] = 1.0
+            base = records[-1]["samples_per_second"]
+            records[-1]["scaling_efficiency"] = 1.0
         if store is not None:
-            store.append(rec)
-        records.append(rec)
+            store.append(records[-1])
     return records
 
 
@@ -567,9 +529,6 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
     Worker 0 then trains the same model on one local device, the one-replica run
     the efficiency is measured against, and writes both records to RUN_DIR/results.jsonl.
     """
-    from gpubench import data as datasets  # noqa: PLC0415
-    from gpubench import training  # noqa: PLC0415
-
     params = cli_params(profile)
     if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
         print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
@@ -577,38 +536,34 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
             single = pool.apply(_one_replica, (params,))
     tf = _tf()
     gpus = tf.config.list_physical_devices("GPU")
-    per_worker = replicas if replicas is not None else max(len(gpus), 1)
-    if per_worker > max(len(gpus), 1):
-        raise ValueError(f"--replicas {per_worker} is more than the {max(len(gpus), 1)} "
-                         f"device(s) of this worker ({len(gpus)} GPU(s)); use at most "
-                         f"{max(len(gpus), 1)}")
+    here = max(len(gpus), 1)
+    if (replicas or here) > here:
+        raise ValueError(f"--replicas {replicas} is more than the {here} device(s) of this worker "
+                         f"({len(gpus)} GPU(s)); use at most {here}")
     if gpus:
-        tf.config.set_visible_devices(gpus[:per_worker], "GPU")
+        tf.config.set_visible_devices(gpus[:replicas or here], "GPU")
     strategy, all_reduce = multi_worker(cluster, index)
     count = strategy.num_replicas_in_sync
     print(f"worker {index} of {len(cluster)}: {count} replica(s) in sync, all-reduce "
           f"{all_reduce}", flush=True)
-    loaded = datasets.load(params["dataset"], source=params["data_source"],
-                           data_dir=params["data_dir"], max_train_samples=params["max_train_samples"])
-    split = training.prepare(params["model"], loaded)
+    loaded, split = _data(params)
     batch, per_replica = global_batch(params["scaling"], params["per_replica_batch_size"], count)
     measured = train(strategy, params["model"], split, batch=batch, epochs=params["epochs"])
     print(f"final_loss {measured.final_loss!r}", flush=True)
     if index != 0:
         return 0
     single, local, one_reduce = single
-    base_batch = params["per_replica_batch_size"]
     store = results.ResultsStore(Path(out or default_out()) / "results.jsonl")
-    env = results.default_env_name()
-    common = dict(scaling=params["scaling"], virtual_devices=None, model_name=params["model"],
-                  data=loaded, env=env, notebook=CLI_NOTEBOOK)
-    base = record(single, strategy="mirrored", replicas=1, workers=1, batch=base_batch,
-                  per_replica=base_batch, devices=local, all_reduce=one_reduce,
-                  one_replica_sps=None, **common)
-    base["scaling_efficiency"] = 1.0
-    multi = record(measured, strategy="multi_worker", replicas=count, workers=len(cluster),
-                   batch=batch, per_replica=per_replica, devices=cluster, all_reduce=all_reduce,
-                   one_replica_sps=base["samples_per_second"], **common)
+    common = dict(notebook=CLI_NOTEBOOK, env=results.default_env_name(), model=params["model"],
+                  dataset=loaded.name, data_source=loaded.source, scaling=params["scaling"])
+    one = params["per_replica_batch_size"]
+    base = record(single, None, **common, **_placed(local), strategy="mirrored", replicas=1,
+                  workers=1, global_batch_size=one, per_replica_batch_size=one,
+                  all_reduce=one_reduce) | {"scaling_efficiency": 1.0}
+    multi = record(measured, base["samples_per_second"], **common, **_placed(cluster),
+                   strategy="multi_worker", replicas=count, workers=len(cluster),
+                   global_batch_size=batch, per_replica_batch_size=per_replica,
+                   all_reduce=all_reduce)
     store.append(base)
     store.append(multi)
     print(table([base, multi]))
@@ -618,16 +573,20 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
 
 def _one_replica(params: dict) -> tuple[Measured, list[str], str]:
     """The one-replica run of `params` on this machine's first device (run in a child process)."""
-    from gpubench import data as datasets  # noqa: PLC0415
-    from gpubench import training  # noqa: PLC0415
-
-    loaded = datasets.load(params["dataset"], source=params["data_source"],
-                           data_dir=params["data_dir"], max_train_samples=params["max_train_samples"])
     local = ["/GPU:0" if _tf().config.list_physical_devices("GPU") else "/CPU:0"]
     strategy, all_reduce = mirrored(local)
-    measured = train(strategy, params["model"], training.prepare(params["model"], loaded),
+    measured = train(strategy, params["model"], _data(params)[1],
                      batch=params["per_replica_batch_size"], epochs=params["epochs"])
     return measured, local, all_reduce
+
+
+def _data(params: dict):
+    """(the dataset `params` name, loaded; its split for `params["model"]`)."""
+    from gpubench import data, training  # noqa: PLC0415 - imports TensorFlow
+
+    loaded = data.load(params["dataset"], source=params["data_source"], data_dir=params["data_dir"],
+                       max_train_samples=params["max_train_samples"])
+    return loaded, training.prepare(params["model"], loaded)
 
 
 def default_out() -> Path:
@@ -651,18 +610,20 @@ def free_ports(count: int) -> list[int]:
 
 @dataclass
 class _Worker:
+    """A worker process, and a thread that prints its output, keeping its last non-empty line."""
+
     index: int
     proc: subprocess.Popen
     last_line: str = ""
-    reader: threading.Thread | None = None
 
+    def __post_init__(self) -> None:
+        self.reader = threading.Thread(target=self._relay, daemon=True)
+        self.reader.start()
 
-def _relay(worker: _Worker) -> None:
-    """Print a worker's output with its index, keeping its last non-empty line."""
-    for line in worker.proc.stdout:
-        if line.strip():
-            worker.last_line = line.strip()
-        print(f"[worker {worker.index}] {line}", end="", flush=True)
+    def _relay(self) -> None:
+        for line in self.proc.stdout:
+            self.last_line = line.strip() or self.last_line
+            print(f"[worker {self.index}] {line}", end="", flush=True)
 
 
 def _stop(workers: Sequence[_Worker], grace: float = 5.0) -> None:
@@ -670,17 +631,14 @@ def _stop(workers: Sequence[_Worker], grace: float = 5.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [w for w in workers if w.proc.poll() is None]
         for w in alive:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(w.proc.pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + grace
         while any(w.proc.poll() is None for w in alive) and time.monotonic() < deadline:
             time.sleep(0.05)
     for w in workers:
         w.proc.wait()
-        if w.reader is not None:
-            w.reader.join(timeout=2)
+        w.reader.join(timeout=2)
 
 
 def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLike | None = None,
@@ -696,7 +654,7 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
     cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
     env = dict(os.environ, GPUBENCH_RUN_ID=results.current_run_id())
     workers: list[_Worker] = []
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt
     try:
         for index in range(count):
             cmd = [sys.executable, "-m", "gpubench", "scaling", "--cluster", cluster,
@@ -705,10 +663,7 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
             cmd += ["--replicas", str(replicas)] if replicas else []
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, bufsize=1, start_new_session=True, env=env)
-            worker = _Worker(index, proc)
-            worker.reader = threading.Thread(target=_relay, args=(worker,), daemon=True)
-            worker.reader.start()
-            workers.append(worker)
+            workers.append(_Worker(index, proc))
             print(f"worker {index}: pid {proc.pid} on {cluster.split(',')[index]}", flush=True)
         return _watch(workers, time.monotonic() + timeout)
     except KeyboardInterrupt:
@@ -719,18 +674,13 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
         signal.signal(signal.SIGTERM, previous)
 
 
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def _watch(workers: Sequence[_Worker], deadline: float) -> int:
     """Wait for every worker; the first failure or the deadline ends the wait."""
     while True:
         codes = [w.proc.poll() for w in workers]
         for w, code in zip(workers, codes):
             if code not in (None, 0):
-                if w.reader is not None:
-                    w.reader.join(timeout=2)  # its last words
+                w.reader.join(timeout=2)  # its last words
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
                 print(f"gpubench scaling: worker {w.index} (pid {w.proc.pid}) {how}; its last "
                       f"output line: {w.last_line or '(none)'}", file=sys.stderr, flush=True)

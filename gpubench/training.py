@@ -119,7 +119,8 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
     )
 
     def record(**outcome) -> dict:
-        made = results.make_record("train", **outcome, **fields, **_timing_fields(timer, fields))
+        made = results.make_record("train", **outcome, **fields, **timing_fields(
+            timer.epoch_seconds, fields["train_samples"], fields["flops_per_sample"]))
         if store is not None:
             store.append(made)
         return made
@@ -141,19 +142,20 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
                     record(test_loss=loss, test_accuracy=accuracy))
 
 
-def _timing_fields(timer: timing.EpochTimer, fields: dict) -> dict:
+def timing_fields(epoch_seconds: list[float], train_samples: int,
+                  flops_per_sample: int | None) -> dict:
     """Epoch times, epoch 1 on its own, the steady-state median of epochs 2..n, and throughput."""
-    steady = timer.steady
-    per_epoch = steady.median if steady else timer.first_epoch_seconds
-    rate = fields["train_samples"] / per_epoch if per_epoch else None
+    steady = timing.summarize(epoch_seconds[1:]) if len(epoch_seconds) > 1 else None
+    per_epoch = steady.median if steady else epoch_seconds[0] if epoch_seconds else None
+    rate = train_samples / per_epoch if per_epoch else None
     return dict(
-        epoch_seconds=list(timer.epoch_seconds),
-        first_epoch_seconds=timer.first_epoch_seconds,
+        epoch_seconds=list(epoch_seconds),
+        first_epoch_seconds=epoch_seconds[0] if epoch_seconds else None,
         steady_epoch_seconds=steady.median if steady else None,
         steady_epoch_iqr=steady.iqr if steady else None,
-        total_seconds=timer.total_seconds if timer.epoch_seconds else None,
+        total_seconds=float(sum(epoch_seconds)) if epoch_seconds else None,
         samples_per_second=rate,
-        achieved_gflops=fields["flops_per_sample"] * rate / 1e9 if rate else None,
+        achieved_gflops=flops_per_sample * rate / 1e9 if rate else None,
     )
 
 

@@ -131,7 +131,7 @@ def test_sweep_refuses_bad_devices_and_replica_counts():
     data = None  # not reached: every call below fails before training
     with pytest.raises(ValueError, match="replicas 2 is more than the 1 device"):
         scaling.sweep("mlp_h1000", data, replicas=[1, 2])
-    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+    with pytest.raises(ValueError, match="replicas: 0 is not a positive integer"):
         scaling.sweep("mlp_h1000", data, replicas=[0])
     with pytest.raises(devices.DeviceError, match="cpu:3"):
         scaling.sweep("mlp_h1000", data, devices=["cpu:3"])

@@ -52,9 +52,8 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
                    asked_by_name: bool) -> dict | None:
     """Extra notebook parameters for `gpubench run`, or None to leave Multi_GPU_Scaling out.
 
-    Two or more GPUs: run it as it is. Otherwise it runs on the CPU split into two
-    virtual devices, and only in the quick profile of a CPU env or when asked for by name,
-    so that the full run stays within its time budget.
+    Two or more GPUs: as it is. Else on the CPU split into two virtual devices, only in a CPU
+    env's quick profile or when asked for by name, so the full run keeps to its time budget.
     """
     if env_is_gpu and gpu_count >= 2:
         return {}
@@ -104,11 +103,8 @@ def check_index(index: int, workers: int) -> int:
 
 
 def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tuple[int, int]:
-    """(global batch, batch per replica): weak keeps the per-replica batch, strong the global one.
-
-    Strong scaling holds the global batch at what one replica uses
-    (`per_replica_batch_size`), split as evenly as whole images allow.
-    """
+    """(global batch, batch per replica): weak keeps `per_replica_batch_size` per replica, strong
+    keeps it as the global batch, split as evenly as whole images allow."""
     if scaling == "weak":
         return per_replica_batch_size * replicas, per_replica_batch_size
     per_replica = per_replica_batch_size // replicas
@@ -150,7 +146,7 @@ def local_devices(names: Sequence[str] | None = None) -> list[str]:
     """
     from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
 
-    tf = _tf()
+    tf = _tf()  # the CPU's logical devices, without initialising TensorFlow's (GPU memory growth)
     cpus = len(tf.config.get_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0]) or [None])
     if names is None:
@@ -181,8 +177,7 @@ def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[in
     """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
     if replicas is None:
         return list(range(1, device_count + 1))
-    for count in replicas:
-        checks.positive_int("replicas", count)
+    for count in replicas:  # each a positive int already: check_params
         if count > device_count:
             raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
                              f"replicate over; use at most {device_count} (or more devices, "
@@ -337,12 +332,8 @@ def evaluate(model, x, y, batch: int = 1000) -> tuple[float, float]:
     import numpy as np  # noqa: PLC0415 - no numpy at import time
     if len(x) == 0:
         return float("nan"), float("nan")
-    losses, hits = [], 0
-    for start in range(0, len(x), batch):
-        out = model(x[start:start + batch], training=False)
-        losses.append(np.asarray(model.loss(y[start:start + batch], out)) * len(out))
-        hits += int(np.sum(np.argmax(np.asarray(out), axis=1) == y[start:start + batch]))
-    return float(np.sum(losses) / len(x)), hits / len(x)
+    out = np.concatenate([model(x[i:i + batch], training=False) for i in range(0, len(x), batch)])
+    return float(model.loss(y, out)), float(np.mean(np.argmax(out, axis=1) == y))
 
 
 # ---------------------------------------------------------------- records
@@ -596,16 +587,11 @@ def default_out() -> Path:
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
+    with contextlib.ExitStack() as stack:  # each stays bound until all are chosen
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
-            sock.close()
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 @dataclass

@@ -8,9 +8,9 @@
 Both run the same training step: `strategy.run` inside a `tf.function`, the loss
 averaged over the global batch with `tf.nn.compute_average_loss`, the data split by
 the strategy. Keras 3's `fit` cannot be that shared step: it fails under
-MultiWorkerMirroredStrategy (keras-team/keras#20585). Epochs are timed with
-`timing.EpochTimer`'s rules: a device sync ends each, epoch 1 is reported on its
-own, the steady figure is the median of epochs 2..n.
+MultiWorkerMirroredStrategy (keras-team/keras#20585). Epochs are timed as `training` times
+them: a device sync ends each, epoch 1 is reported on its own, the steady figure is the
+median of epochs 2..n (`training.timing_fields`).
 
 No TensorFlow at import time: `include_in_run` and `check_params` are pure Python.
 """
@@ -76,8 +76,8 @@ def check_params(params: dict) -> dict:
     params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
                            ("devices", "replicas", "max_train_samples", "virtual_devices")}}
     if params.get("scaling") not in SCALINGS:
-        raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch per "
-                         "replica) or \"strong\" (fixed global batch)")
+        raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch "
+                         "per replica) or \"strong\" (fixed global batch)")
     return params
 
 
@@ -240,10 +240,8 @@ class Measured:
 
 def distributed_input(strategy, x, y, batch: int, *,
                       seed: int = 0, shuffle: bool = True):
-    """(distributed dataset, steps per epoch, images per epoch) for a global batch of `batch`.
-
-    Every replica gets the same number of full batches, so no worker waits on another.
-    """
+    """(distributed dataset, steps per epoch, images per epoch) for a global batch of `batch`;
+    every replica gets the same number of full batches, so no worker waits on another."""
     tf = _tf()
     steps = len(x) // batch
     if steps == 0:
@@ -416,7 +414,7 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
 
 
 def table(records: Sequence[dict]) -> str:
-    """A Markdown table: replicas, workers, batches, samples/s against ideal, efficiency, accuracy."""
+    """A Markdown table: replicas, workers, batch, samples/s against ideal, efficiency, accuracy."""
     base = next((r["samples_per_second"] for r in records if r["replicas"] == 1
                  and r["status"] == "ok"), None)
     lines = ["| strategy | replicas | workers | global batch | samples/s | ideal samples/s "
@@ -502,7 +500,7 @@ def reading(records: Sequence[dict]) -> str:
         f"{first['global_batch_size']}, {last['test_accuracy']:.4f} with "
         f"{last['global_batch_size']}; a larger global batch takes fewer optimiser steps per "
         "epoch, so compare accuracy before counting a speed-up as a gain.")
-    return " ".join(lines[:1]) + ("\n\n" if len(lines) > 1 else "") + " ".join(lines[1:])
+    return lines[0] + "\n\n" + " ".join(lines[1:])
 
 
 # ---------------------------------------------------------------- the command line
@@ -572,7 +570,7 @@ def _one_replica(params: dict) -> tuple[Measured, list[str], str]:
 
 
 def _data(params: dict):
-    """(the dataset `params` name, loaded; its split for `params["model"]`)."""
+    """(`params`' dataset, loaded; its split for `params["model"]`)."""
     from gpubench import data, training  # noqa: PLC0415 - imports TensorFlow
 
     loaded = data.load(params["dataset"], source=params["data_source"], data_dir=params["data_dir"],

@@ -51,6 +51,7 @@ GOOD = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_ba
     ({"scaling": "linear"}, "linear"), ({"model": "resnet"}, "resnet"),
     ({"per_replica_batch_size": 0}, "per_replica_batch_size"), ({"epochs": 1.5}, "epochs"),
     ({"virtual_devices": 0}, "virtual_devices"), ({"devices": []}, "devices"),
+    ({"devices": ["gpu:0", "tpu:0"]}, "tpu:0"),
 ])
 def test_check_params_names_the_bad_value(change, named):
     with pytest.raises(ValueError, match=named):
@@ -60,6 +61,8 @@ def test_check_params_names_the_bad_value(change, named):
 def test_check_params_normalises_lists():
     checked = scaling.check_params({**GOOD, "replicas": 2, "devices": "gpu:0"})
     assert checked["replicas"] == [2] and checked["devices"] == ["gpu:0"]
+    checked = scaling.check_params({**GOOD, "replicas": "1,2", "devices": "cpu:0,cpu:1"})
+    assert checked["replicas"] == [1, 2] and checked["devices"] == ["cpu:0", "cpu:1"]
 
 
 @pytest.mark.parametrize("text", ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", "host:port",

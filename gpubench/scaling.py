@@ -39,7 +39,6 @@ from gpubench.notebook import check_value
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
-SCALINGS = ("weak", "strong")
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
 _CPU_N = re.compile(r"^/?(?:device:)?cpu:(\d+)$", re.IGNORECASE)
 _cluster_process = False  # set once this process joined a MultiWorkerMirroredStrategy cluster
@@ -75,7 +74,7 @@ def check_params(params: dict) -> dict:
     checks.positive_int("epochs", params.get("epochs"))
     params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
                            ("devices", "replicas", "max_train_samples", "virtual_devices")}}
-    if params.get("scaling") not in SCALINGS:
+    if params.get("scaling") not in profiles.CHOICES["scaling"]:
         raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch "
                          "per replica) or \"strong\" (fixed global batch)")
     return params

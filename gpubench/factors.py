@@ -9,8 +9,8 @@ set-up is not counted); a variant whose warm-up probe projects an epoch far
 slower than the baseline's (mixed_float16 on a CPU: ~200x) is time-boxed: each
 of its rounds measures a bounded number of steps, and its accuracy is not measured.
 
-Then the combination: each factor's value that the rounds found clearly fastest
-(the baseline's where none was), trained in a second set of rounds interleaved
+Then the combination: each factor's value that was fastest in the rounds (the
+baseline's where none beat it), trained in a second set of rounds interleaved
 with a fresh baseline, against which it is compared.
 
 Statistic: the fastest steady round (rounds 2..n) per sample, the same for
@@ -534,8 +534,9 @@ def _decide_box(trainer: _Trainer, baseline_epoch: float) -> None:
 
 
 def best_settings(trainers: Sequence[_Trainer]) -> dict:
-    """Each factor's value whose rounds were clearly fastest against the baseline's (else the
-    baseline's value); time-boxed and failed variants never count."""
+    """Each factor's value with the best speedup in the rounds (the chapter's statistic), where
+    one beats the baseline; time-boxed and failed variants never count. A value whose effect
+    is not clear may be chosen: the combination's own rounds then show what it is worth."""
     settings = BASELINE.settings()
     base = trainers[0].rates()
     for factor in FACTORS:
@@ -543,9 +544,9 @@ def best_settings(trainers: Sequence[_Trainer]) -> dict:
         for t in trainers:
             if t.variant.factor != factor or t.status != "ok" or t.boxed_steps is not None:
                 continue
-            effect = compare(base, t.rates())
-            if effect["verdict"] == "faster" and effect["speedup"] > best:
-                best, settings[factor] = effect["speedup"], getattr(t.variant, factor)
+            speedup = compare(base, t.rates())["speedup"]
+            if speedup is not None and speedup > best:
+                best, settings[factor] = speedup, getattr(t.variant, factor)
     return settings
 
 
@@ -624,7 +625,7 @@ def measure_device(
     for t in trainers:  # evaluated now: every variant after the same number of epochs
         t.evaluate(split)
     combined = Variant("combined", **best_settings(trainers))
-    say(f"{device}: the rounds' fastest values: {combined.label}")
+    say(f"{device}: each factor's fastest value in the rounds: {combined.label}")
     pair = _prepare_all([BASELINE, combined], model_name, device, split, learning_rate, say)
     _rounds(pair, device, epochs, baseline_epoch, say)
     pair[1].evaluate(split)

@@ -57,8 +57,7 @@ def test_stored_notebook_is_clean(name):
 # env); their first lines say which profile ran. Keras_Cifar_CNN stores a quick run for now: the
 # session that rewrote its cells had the VM at a fifth of its speed (Mnist_CNN's 15 epochs took
 # 18 minutes instead of 2), too slow for CIFAR's 15 full epochs; a full run should replace it.
-STORED_PROFILES = {"Speed_Factors": ("full", "quick"), "Multi_GPU_Scaling": ("full", "quick"),
-                   "Keras_Cifar_CNN": ("full", "quick")}
+STORED_PROFILES = {"Multi_GPU_Scaling": ("full", "quick"), "Keras_Cifar_CNN": ("full", "quick")}
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n != "Compare_CPU_GPU"])

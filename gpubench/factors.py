@@ -637,7 +637,7 @@ def measure_device(
 def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env: str,
             notebook: str) -> dict:
     """The train record of one measured variant."""
-    from gpubench import results, timing, training  # noqa: PLC0415
+    from gpubench import results, training  # noqa: PLC0415
 
     v = trainer.variant
     common = dict(notebook=notebook, env=env, device=trainer.device, model=model_name,
@@ -649,16 +649,16 @@ def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env
         return results.make_record("train", status=trainer.status if trainer.status != "ok"
                                    else "error", error=trainer.error or "no steady round",
                                    epoch_seconds=list(trainer.round_seconds), **common)
-    steady = timing.summarize(trainer.round_seconds[1:])
     common.update(training.mode_fields(trainer.model, input_pipeline=v.input_pipeline))
+    # Epoch statistics as every train record has them; the rate below is this chapter's own.
+    times = training.timing_fields(trainer.round_seconds, len(split.x_train),
+                                   common["flops_per_sample"])
     record = results.make_record(
-        "train", epoch_seconds=list(trainer.round_seconds),
-        first_epoch_seconds=trainer.round_seconds[0], steady_epoch_seconds=steady.median,
-        steady_epoch_iqr=steady.iqr, steady_epoch_min=steady.min,
-        total_seconds=sum(trainer.round_seconds),
+        "train", **times, steady_epoch_min=min(trainer.round_seconds[1:]),
         test_accuracy=trainer.test_accuracy, test_loss=trainer.test_loss,
         paired_baseline_seconds=trainer.paired_baseline_seconds,
         steps_measured=trainer.steps_done, time_boxed=trainer.boxed_steps is not None, **common)
+    # Its rate: the fastest steady round, counting only the steps a time-boxed round measured.
     record["samples_per_second"] = max(round_rates(record))
     if record.get("flops_per_sample"):
         record["achieved_gflops"] = record["flops_per_sample"] * record["samples_per_second"] / 1e9

@@ -1,24 +1,24 @@
-"""gpubench: measure how much faster TensorFlow runs on your GPU than on your CPU.
+"""gpubench: measure how much faster Keras deep learning runs on your GPU than on your CPU.
 
-`import gpubench as gb` is cheap: TensorFlow is imported only when a module that
-needs it (devices, timing, matmul, models, training) is first used.
+`import gpubench as gb` is cheap: the Keras backend (TensorFlow or JAX) loads only when
+something first needs it (`gpubench.backends` is the one place that loads it).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import pkgutil
+from pathlib import Path
 
 __version__ = "0.1.0"
 
-# TensorFlow reads these when it loads; set them before any submodule imports it,
-# so notebooks stay free of C++ info logs. A user's own setting wins.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+_PACKAGE = Path(__file__).parent
+_backends = importlib.import_module(f"{__name__}.backends")  # light: loads no framework
+_backends.prepare_environment()  # before anything imports TensorFlow or JAX
 
-_SUBMODULES = (
-    "checks", "cli", "data", "devices", "envs", "factors", "matmul", "models", "notebook",
-    "plots", "profiles", "report", "results", "runner", "scaling", "timing", "training",
-)
+# Every module and subpackage, found on disk (no list kept by hand).
+_SUBMODULES = tuple(sorted(info.name for info in pkgutil.iter_modules([str(_PACKAGE)])
+                           if not info.name.startswith("_")))
 
 
 def __getattr__(name: str):

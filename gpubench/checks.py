@@ -1,7 +1,4 @@
-"""Rules every module shares: what a positive integer is, what counts as out of memory.
-
-No TensorFlow at import time: `is_oom` loads it only when asked.
-"""
+"""Rules every module shares: what a positive integer is."""
 
 from __future__ import annotations
 
@@ -17,11 +14,3 @@ def positive_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = 
         raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
     return value
 
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether `exc` means the device (or the host) ran out of memory."""
-    if isinstance(exc, MemoryError):
-        return True
-    from gpubench._tf import tensorflow  # noqa: PLC0415 - only when a failure is classified
-
-    return isinstance(exc, tensorflow().errors.ResourceExhaustedError)

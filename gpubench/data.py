@@ -183,7 +183,7 @@ def _checked(arrays: tuple, files: tuple, shape: tuple) -> tuple:
 
 def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "datasets") -> Path:
     """The cached file `fname`, downloaded (and hash-checked) by keras.utils.get_file if needed."""
-    from gpubench._tf import tensorflow  # noqa: PLC0415 - Keras loads with TensorFlow, quietly
+    from gpubench import backends  # noqa: PLC0415 - Keras loads only for this source
 
     # Keras reads KERAS_HOME once, at import; read it per call so the cache follows it.
     cache = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
@@ -192,7 +192,7 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)  # get_file has no timeout of its own
     try:
         target.parent.mkdir(parents=True, exist_ok=True)  # else get_file falls back to /tmp/.keras
-        return Path(tensorflow().keras.utils.get_file(fname, url, file_hash=sha256,
+        return Path(backends.keras().utils.get_file(fname, url, file_hash=sha256,
                                                       cache_subdir=subdir, cache_dir=str(cache)))
     except Exception as exc:  # get_file wraps URL and HTTP errors in a bare Exception
         if isinstance(exc, ValueError) and "hash" in str(exc):  # its check after a download

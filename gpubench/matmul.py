@@ -14,18 +14,11 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from gpubench import checks, devices, peaks, results, timing
-from gpubench._tf import tensorflow
+from gpubench import backends, checks, devices, peaks, results, telemetry, timing
+from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 from gpubench.notebook import check_value
 
 METHODS = ("book", "rigorous")
-# The book's stored performanceTest figures (BOOK.md): seconds of one run at each size,
-# on its GeForce GT 720 and on its CPU, timed the book's way (single run, set-up included).
-BOOK_SECONDS = {
-    "gpu": {500: 0.169, 1000: 0.138, 2000: 0.216, 3000: 0.528, 4000: 1.130, 5000: 2.049},
-    "cpu": {500: 0.185, 1000: 0.132, 2000: 0.435, 3000: 0.977, 4000: 2.030, 5000: 3.656},
-}
-BOOK_LABEL = "book: GT 720 / its CPU"
 # The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
 GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 
@@ -48,11 +41,8 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
     minimum = GPU_MIN_CAPABILITY.get(dtype)
     if device == "cpu" or minimum is None:
         return None
-    tf, index = tensorflow(), int(device.split(":")[1])
-    gpus = tf.config.list_physical_devices("GPU")
-    details = tf.config.experimental.get_device_details(gpus[index]) if index < len(gpus) else {}
-    capability = tuple(details.get("compute_capability") or minimum)  # unknown: let it try
-    if capability < minimum:
+    capability = backends.current().compute_capability(int(device.split(":")[1])) or minimum
+    if capability < minimum:  # unknown capability: let it try
         return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
                 f"{minimum[0]}.{minimum[1]} or newer")
     return None
@@ -66,38 +56,21 @@ def spec_peak(device: str, dtype: str) -> float | None:
     gpus = results.environment_snapshot()["gpus"]
     if index >= len(gpus):
         return None
-    tf32 = dtype == "float32" and bool(
-        tensorflow().config.experimental.tensor_float_32_execution_enabled())
+    tf32 = dtype == "float32" and backends.current().tf32_enabled()
     return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=tf32)
 
 
-def _book(tf_device: str, size: int, dtype: str) -> timing.Measurement:
+def _book(device: str, size: int, dtype: str) -> timing.Measurement:
     """One timed run including the set-up, as the chapter's performanceTest does."""
-    tf = tensorflow()
-    start = time.perf_counter()
-    with tf.device(tf_device):
-        w = tf.random.normal([size, size], dtype=dtype)
-        x = tf.random.normal([size, size], dtype=dtype)
-        total = tf.reduce_sum(tf.matmul(w, x))
-    total.numpy()  # fetching the sum waits for the device, like sess.run did
-    seconds = time.perf_counter() - start
-    return timing.Measurement(first=seconds, times=[seconds])
+    with telemetry.Monitor(device) as monitor:
+        seconds = backends.current().book_matmul(device, size, dtype)
+    return timing.Measurement(first=seconds, times=[seconds], telemetry=monitor.result)
 
 
-def _rigorous(tf_device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
+def _rigorous(device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
     """Median of `repeats` compiled products on operands already on the device."""
-    tf = tensorflow()
-    with tf.device(tf_device):
-        w = tf.random.normal([size, size], dtype=dtype)
-        x = tf.random.normal([size, size], dtype=dtype)
-    timing.sync()
-
-    @tf.function(autograph=False, jit_compile=False)
-    def product():
-        with tf.device(tf_device):
-            return tf.matmul(w, x)
-
-    return timing.measure(product, warmup=2, repeats=repeats)
+    product = backends.current().rigorous_matmul(device, size, dtype)
+    return timing.measure(product, warmup=2, repeats=repeats, device=device)
 
 
 def performance_test(
@@ -122,17 +95,18 @@ def performance_test(
     if reason is not None:
         return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
     try:
-        m = (_book(devices.tf_name(device), size, dtype) if method == "book"
-             else _rigorous(devices.tf_name(device), size, dtype, repeats))
+        m = (_book(device, size, dtype) if method == "book"
+             else _rigorous(device, size, dtype, repeats))
     except Exception as exc:  # noqa: BLE001 - OOM is a result, so a sweep goes on; others re-raised
-        if not checks.is_oom(exc):
+        if not backends.is_oom(exc):
             raise
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return results.make_record("matmul", status="oom", error=message, repeats=0, **common)
+        status, error = backends.failure(exc)
+        return results.make_record("matmul", status=status, error=error, repeats=0, **common)
     s = m.stats
     return results.make_record("matmul", seconds=s.median, seconds_min=s.min, seconds_max=s.max,
                                seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
-                               gflops=2 * size**3 / s.median / 1e9, **common)
+                               gflops=2 * size**3 / s.median / 1e9, telemetry=m.telemetry,
+                               **common)
 
 
 def sweep(

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import math
 
-from gpubench import profiles
-from gpubench._tf import tensorflow
+from gpubench import backends, profiles
 
-tensorflow()  # loads Keras with TensorFlow's start-up chatter held back
-import keras  # noqa: E402
-from keras import layers  # noqa: E402
+keras = backends.keras()  # Keras on the env's backend, its start-up chatter held back
+layers = keras.layers
 
 MODELS = tuple(profiles.TRAINING_NOTEBOOKS.values())
 

@@ -143,19 +143,39 @@ def _resolve_devices(params: dict) -> dict:
     return params
 
 
+BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX"}
+
+
 def describe_environment(env: dict) -> str:
-    """Two lines: the machine, and the software with the kind of TensorFlow build."""
+    """Two lines: the machine, and the software with the backend and the kind of its build."""
     gpus = ", ".join(f"{g['name']}" + (f" ({g['memory_gb']} GB, driver {g['driver']})"
                                        if g.get("driver") else "") for g in env["gpus"])
     build = "CUDA build" if env["cuda_build"] else "CPU-only build"
     if env["cuda_build"] and env.get("cuda_version"):
         build += f", CUDA {env['cuda_version']}, cuDNN {env['cudnn_version']}"
+    backend = env.get("backend") or "tensorflow"
+    version = env.get("backend_version") or env.get(backend)
+    warned = (env.get("backend_settings") or {}).get("fallback_warning")
     return (
         f"Machine:  {env['cpu_model']}, {env['cpu_count']} CPU cores, {env['ram_gb']} GB RAM; "
         f"GPU: {gpus or 'none'}\n"
-        f"Software: Python {env['python']}, TensorFlow {env['tensorflow']} ({build}), "
-        f"Keras {env['keras']} ({env['backend']} backend), {env['os']}"
+        f"Software: Python {env['python']}, Keras {env['keras']} on "
+        f"{BACKEND_TITLES.get(backend, backend)} {version} ({build}), {env['os']}"
+        + (f"\nWARNING:  {warned}" if warned else "")
     )
+
+
+def check_for_backend(notebook: str, params: dict, backend: str,
+                      tensorflow_importable: bool) -> dict:
+    """`params` checked against what `backend` can run (before any kernel starts); ValueError
+    names the value and what to use instead. Returns them unchanged."""
+    pipelines = params.get("input_pipelines") or []
+    if "tf.data" in pipelines and not tensorflow_importable:
+        raise ValueError(
+            f"{notebook}: input_pipelines includes 'tf.data', but TensorFlow cannot be imported "
+            f"in this {backend} env; drop it (e.g. -p input_pipelines=arrays,on_device) or "
+            "`pip install tensorflow-cpu` into that env")
+    return params
 
 
 def shown_path(path: str | os.PathLike) -> str:

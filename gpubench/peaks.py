@@ -13,6 +13,14 @@ from __future__ import annotations
 
 import re
 
+# The book's stored performanceTest figures (BOOK.md): seconds of one run at each size,
+# on its GeForce GT 720 and on its CPU, timed the book's way (single run, set-up included).
+BOOK_SECONDS = {
+    "gpu": {500: 0.169, 1000: 0.138, 2000: 0.216, 3000: 0.528, 4000: 1.130, 5000: 2.049},
+    "cpu": {500: 0.185, 1000: 0.132, 2000: 0.435, 3000: 0.977, 4000: 2.030, 5000: 3.656},
+}
+BOOK_LABEL = "book: GT 720 / its CPU"
+
 _A100 = "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS (dense)"
 _H100_SXM = ("NVIDIA H100 Tensor Core GPU datasheet, SXM: FP32 67, TF32 989*, BF16/FP16 1,979* "
              "TFLOPS (* with sparsity; dense = half)")

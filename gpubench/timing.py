@@ -1,7 +1,8 @@
 """Honest timing: warm-up, device sync, repeats, and the first call reported on its own.
 
-GPU work is asynchronous: a TensorFlow op returns before the GPU has finished.
-Every timed region here ends with `sync()`, which waits for all devices.
+GPU work is asynchronous, and JAX's is on the CPU too: a call returns before the device has
+finished. Every timed region here ends with `sync(result)`, which waits for what the region
+returned and for the work queued before it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from gpubench._tf import tensorflow
+from gpubench import backends, telemetry
 from gpubench.checks import positive_int
 
 
-def sync() -> None:
-    """Wait until every device has finished the work queued so far."""
-    tensorflow().test.experimental.sync_devices()
+def sync(*values: Any) -> None:
+    """Wait until `values` are computed and the devices have finished the work queued so far."""
+    backends.current().sync(*values)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Measurement:
 
     first: float
     times: list[float]
+    telemetry: dict | None = None
 
     @property
     def stats(self) -> Stats:
@@ -55,52 +57,54 @@ class Measurement:
 
 
 def _timed(fn: Callable[[], Any]) -> float:
-    """Seconds of one call of `fn`, up to the device sync that follows it."""
+    """Seconds of one call of `fn`, up to the sync on what it returned."""
     start = time.perf_counter()
-    fn()
-    sync()
+    sync(fn())
     return time.perf_counter() - start
 
 
-def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Measurement:
-    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls."""
+def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
+            device: str | None = None) -> Measurement:
+    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls;
+    with `device`, a telemetry.Monitor covers the repeats."""
     positive_int("warmup", warmup)
     positive_int("repeats", repeats)
     first = _timed(fn)
     for _ in range(warmup - 1):
         _timed(fn)
-    return Measurement(first, [_timed(fn) for _ in range(repeats)])
+    if device is None:
+        return Measurement(first, [_timed(fn) for _ in range(repeats)])
+    with telemetry.Monitor(device) as monitor:
+        times = [_timed(fn) for _ in range(repeats)]
+    return Measurement(first, times, monitor.result)
 
 
-class EpochTimer(tensorflow().keras.callbacks.Callback):
-    """Keras callback that times every epoch, ending each with a device sync."""
+def epoch_timer(device: str | None = None):
+    """A Keras callback that times every epoch, ending each with a sync on the model's variables;
+    with `device`, a telemetry.Monitor covers each epoch (`.epoch_telemetry`)."""
+    keras = backends.keras()
 
-    def __init__(self) -> None:
-        """Start with no epochs timed."""
-        super().__init__()
-        self.epoch_seconds: list[float] = []
-        self._start = 0.0
+    class EpochTimer(keras.callbacks.Callback):
+        """Times every epoch (validation included); the clock stops after the variables are ready."""
 
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        """Start the clock for this epoch."""
-        self._start = time.perf_counter()
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch_seconds: list[float] = []
+            self.epoch_telemetry: list[dict] = []
+            self._start = 0.0
+            self._monitor = None
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        """Sync the devices and record the epoch's wall time (validation included)."""
-        sync()
-        self.epoch_seconds.append(time.perf_counter() - self._start)
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            if device is not None:
+                self._monitor = telemetry.Monitor(device)
+                self._monitor.start()
+            self._start = time.perf_counter()
 
-    @property
-    def first_epoch_seconds(self) -> float | None:
-        """Epoch 1, which includes tracing and compilation."""
-        return self.epoch_seconds[0] if self.epoch_seconds else None
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            sync(list(self.model.variables))  # the epoch's updates, all of them
+            self.epoch_seconds.append(time.perf_counter() - self._start)
+            if self._monitor is not None:
+                self.epoch_telemetry.append(self._monitor.stop())
+                self._monitor = None
 
-    @property
-    def steady(self) -> Stats | None:
-        """Statistics of epochs 2..n (None with fewer than two epochs)."""
-        return summarize(self.epoch_seconds[1:]) if len(self.epoch_seconds) > 1 else None
-
-    @property
-    def total_seconds(self) -> float:
-        """All epochs together: the number in the book's table."""
-        return float(sum(self.epoch_seconds))
+    return EpochTimer()

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpubench import checks, devices, models, results, timing
+from gpubench import backends, checks, devices, models, results, telemetry, timing
+from gpubench import telemetry_text
 from gpubench.data import Dataset
 from gpubench.notebook import check_value
 
@@ -19,8 +20,6 @@ INPUT_SHAPES = {"mlp_h1000": (784,), "mnist_cnn": (28, 28, 1), "cifar_cnn": (32,
 IMAGE_SHAPES = {"mlp_h1000": (28, 28), "mnist_cnn": (28, 28), "cifar_cnn": (32, 32, 3)}
 VALIDATION_FRACTION = {"mlp_h1000": 1 / 12, "mnist_cnn": 1 / 12, "cifar_cnn": 0.2}
 CHANCE = 0.1  # ten classes
-# `xla` as Keras's jit_compile; "off" by default: Keras's "auto" turns XLA on only where it sees a GPU.
-JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
 
 
 @dataclass
@@ -40,7 +39,7 @@ class TrainRun:
     """The outcome of `train`: model, timer, per-epoch history, test metrics and the record."""
 
     model: object
-    timer: timing.EpochTimer
+    timer: object  # timing.epoch_timer()
     history: dict
     test_loss: float
     test_accuracy: float
@@ -75,7 +74,7 @@ def build_model(model_name, device: str, *, precision: str = "float32",
     with `xla` ("off", "on", "auto") as jit_compile; `learning_rate` None keeps the book's."""
     builder = (model_name if callable(model_name)
                else models.BUILDERS[check_value("model", model_name)])
-    options = dict(jit_compile=JIT_COMPILE[check_value("xla", xla)],
+    options = dict(jit_compile=backends.current().jit_compile(check_value("xla", xla)),
                    steps_per_execution=checks.positive_int("steps_per_execution",
                                                            steps_per_execution))
     if learning_rate is not None:
@@ -110,7 +109,7 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
     checks.positive_int("batch_size", batch_size)
     device = devices.resolve(device)
     split = prepare(model.name, data)
-    timer = timing.EpochTimer()
+    timer = timing.epoch_timer(device)
     fields = dict(
         notebook=notebook, env=env or results.default_env_name(), device=device, model=model.name,
         dataset=data.name, data_source=data.source, epochs=epochs, batch_size=batch_size,
@@ -119,8 +118,12 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
     )
 
     def record(**outcome) -> dict:
-        made = results.make_record("train", **outcome, **fields, **timing_fields(
-            timer.epoch_seconds, fields["train_samples"], fields["flops_per_sample"]))
+        made = results.make_record(
+            "train", **outcome, **fields,
+            **timing_fields(timer.epoch_seconds, fields["train_samples"],
+                            fields["flops_per_sample"]),
+            telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
+            **telemetry.epoch_fields(timer.epoch_telemetry))
         if store is not None:
             store.append(made)
         return made
@@ -136,7 +139,7 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
                                                        batch_size=batch_size, verbose=0))
     except BaseException as exc:
         message = f"{type(exc).__name__} after {len(timer.epoch_seconds)} epoch(s): {exc}"
-        record(status="oom" if checks.is_oom(exc) else "error", error=message.strip())
+        record(status=backends.failure(exc)[0], error=message.strip())
         raise
     return TrainRun(model, timer, dict(history.history), loss, accuracy,
                     record(test_loss=loss, test_accuracy=accuracy))
@@ -188,11 +191,14 @@ def summary(record: dict) -> str:
         f"  epoch 1:      {record['first_epoch_seconds']:.2f} s (includes tracing and compilation)",
         f"  steady epoch: {steady_text}",
         f"  throughput:   {record['samples_per_second']:,.0f} images/s",
-        f"  mode:         {record['precision']}, XLA {'on' if record['jit_compile'] else 'off'}, "
+        f"  mode:         {record.get('backend', 'tensorflow')}, {record['precision']}, "
+        f"XLA {'on' if record['jit_compile'] else 'off'}"
+        + (" (JAX always compiles)" if record.get("backend") == "jax" else "") + ", "
         f"{record['achieved_gflops']:.1f} GFLOP/s achieved ({record['flops_per_sample']:,} FLOPs "
         "per image)",
         f"  test:         accuracy {record['test_accuracy']:.4f}, loss {record['test_loss']:.4f}"
         + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
            "meaningful)" if record["test_accuracy"] < 2 * CHANCE else ""),
         f"  data:         {record['dataset']} from {source}",
+        f"  telemetry:    {telemetry_text.line(record['telemetry'], record['epochs'])}",
     ])

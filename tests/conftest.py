@@ -14,30 +14,27 @@ from gpubench import envs  # noqa: E402
 
 envs.use_checkout_kernels()  # as `make test` does: this checkout's kernels first
 
+pytest_plugins = ("jax_env",)  # the JAX env built from wheels, and its quick run
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-class FakeGPU:
-    """Stands in for tf.config.PhysicalDevice in tests that fake a GPU machine."""
-
-    def __init__(self, index: int) -> None:
-        self.name = f"/physical_device:GPU:{index}"
-        self.device_type = "GPU"
-
-
 @pytest.fixture
 def fake_machine(monkeypatch):
-    """Return a function that fakes the GPUs TensorFlow sees and the build type."""
-    from gpubench import devices
+    """Return a function that fakes the GPUs the backend sees and its build type, through the
+    backend module's public functions (gpu_count, is_cuda_build, compute_capability, gpu_name)."""
+    from gpubench import backends
 
-    def fake(gpus: int = 0, cuda_build: bool = False) -> list[FakeGPU]:
-        fakes = [FakeGPU(i) for i in range(gpus)]
-        monkeypatch.setattr(devices, "_physical_gpus", lambda: fakes)
-        monkeypatch.setattr(devices, "_is_cuda_build", lambda: cuda_build)
-        monkeypatch.setattr(devices, "_memory_growth_done", True)
-        return fakes
+    def fake(gpus: int = 0, cuda_build: bool = False,
+             capability: tuple[int, int] | None = None) -> list[str]:
+        backend = backends.current()
+        monkeypatch.setattr(backend, "gpu_count", lambda: gpus)
+        monkeypatch.setattr(backend, "is_cuda_build", lambda: cuda_build)
+        monkeypatch.setattr(backend, "compute_capability", lambda index: capability)
+        monkeypatch.setattr(backend, "gpu_name", lambda index: f"Fake GPU {index}")
+        return [f"gpu:{i}" for i in range(gpus)]
 
     return fake
 

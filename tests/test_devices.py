@@ -6,8 +6,10 @@ import subprocess
 
 import pytest
 
+from types import SimpleNamespace
+
 from conftest import PYTHON, REPO
-from gpubench import devices
+from gpubench import backends, devices
 
 
 @pytest.mark.parametrize("name", ["cpu", "CPU", "/cpu:0", "/CPU:0", "cpu:0", "/device:CPU:0"])
@@ -31,7 +33,6 @@ def test_auto_prefers_first_gpu(fake_machine):
 def test_gpu_names_resolve(fake_machine, name, expected):
     fake_machine(gpus=2, cuda_build=True)
     assert devices.resolve(name) == expected
-    assert devices.tf_name(name) == "/GPU:" + expected[-1]
 
 
 def test_unknown_name_is_named(fake_machine):
@@ -123,36 +124,45 @@ def test_hidden_gpus_are_diagnosed(fake_machine, fake_command, monkeypatch):
         devices.resolve("gpu")
 
 
-def test_memory_growth_is_enabled_for_every_gpu(fake_machine, monkeypatch):
-    fakes = fake_machine(gpus=2, cuda_build=True)
-    monkeypatch.setattr(devices, "_memory_growth_done", False)
+def test_memory_growth_is_enabled_for_every_gpu():
+    from gpubench.backends import tensorflow as tf_backend
+
     calls = []
-    tf = devices.tensorflow()
-    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
-                        lambda gpu, flag: calls.append((gpu.name, flag)))
-    devices.list_devices()
-    assert calls == [(g.name, True) for g in fakes]
+    gpus = ["gpu-a", "gpu-b"]
+    fake = SimpleNamespace(config=SimpleNamespace(
+        list_physical_devices=lambda kind: gpus if kind == "GPU" else [],
+        experimental=SimpleNamespace(set_memory_growth=lambda g, flag: calls.append((g, flag)))))
+    tf_backend._enable_memory_growth(fake)
+    assert calls == [("gpu-a", True), ("gpu-b", True)]
 
 
 def test_real_machine_devices_exist_and_take_work():
-    """Every listed device is one TensorFlow has, and work placed on it by name runs there."""
-    tf = devices.tensorflow()
+    """Every listed device is one the backend has, and work placed on it by name runs there."""
+    keras = backends.keras()
     listed = devices.list_devices()
-    assert listed == ["cpu"] + [f"gpu:{i}" for i in range(len(tf.config.list_physical_devices("GPU")))]
-    if not devices.nvidia_smi_gpus() or not devices._is_cuda_build():
+    assert listed == ["cpu"] + [f"gpu:{i}" for i in range(backends.current().gpu_count())]
+    if not devices.nvidia_smi_gpus() or not backends.current().is_cuda_build():
         assert listed == ["cpu"]
     for name in listed:
         with devices.scope(name) as canonical:
-            product = tf.constant([1.0, 2.0]) * 2.0
-        assert canonical == name and product.numpy().tolist() == [2.0, 4.0]
-        assert product.device.endswith(devices.tf_name(name).replace("/", "device:"))
+            product = keras.ops.multiply(keras.ops.convert_to_tensor([1.0, 2.0]), 2.0)
+        assert canonical == name
+        assert keras.ops.convert_to_numpy(product).tolist() == [2.0, 4.0]
+        assert name.split(":")[0] in _placed_on(product).lower()
+
+
+def _placed_on(value) -> str:
+    """The device a backend tensor lives on, in the backend's words."""
+    if backends.current().NAME == "jax":
+        return str(next(iter(value.devices())).platform)
+    return str(value.device)
 
 
 def test_doctor_reports_the_build_and_the_check():
     out = subprocess.run([PYTHON, "-m", "gpubench", "doctor"], capture_output=True, text=True,
                          cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "TensorFlow 2.21" in out.stdout
+    assert ("TensorFlow 2.21" if backends.requested() == "tensorflow" else "JAX 0.") in out.stdout
     if devices.list_devices()[1:]:
         assert "GPU check: OK" in out.stdout
         return

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from gpubench import timing
+from gpubench import backends, timing
 
 
 def test_summarize_known_values():
@@ -24,12 +24,18 @@ def test_summarize_needs_values():
         timing.summarize([])
 
 
-def test_measure_calls_warmup_plus_repeats_and_syncs_each(monkeypatch):
-    calls, syncs = [], []
-    monkeypatch.setattr(timing, "sync", lambda: syncs.append(1))
-    m = timing.measure(lambda: calls.append(1), warmup=3, repeats=4)
-    assert len(calls) == 7 and len(syncs) == 7
-    assert len(m.times) == 4 and m.stats.n == 4
+def test_measure_calls_warmup_plus_repeats_and_syncs_on_each_result(monkeypatch):
+    calls, synced = [], []
+    monkeypatch.setattr(timing, "sync", lambda *values: synced.extend(values))
+    m = timing.measure(lambda: calls.append(1) or len(calls), warmup=3, repeats=4)
+    assert len(calls) == 7 and synced == [1, 2, 3, 4, 5, 6, 7]  # what each call returned
+    assert len(m.times) == 4 and m.stats.n == 4 and m.telemetry is None
+
+
+def test_measure_with_a_device_has_telemetry_over_the_repeats():
+    m = timing.measure(lambda: sum(range(10_000)), warmup=1, repeats=3, device="cpu")
+    assert m.telemetry["source"] is None and m.telemetry["reason"] == "the device is the CPU"
+    assert m.telemetry["cpu_util_percent_mean"] is not None
 
 
 def test_first_call_is_reported_apart_from_the_median():
@@ -51,30 +57,28 @@ def test_measure_rejects_bad_counts(warmup, repeats):
         timing.measure(lambda: None, warmup=warmup, repeats=repeats)
 
 
-def test_epoch_timer_times_every_epoch():
-    import keras
-
+def test_epoch_timer_times_every_epoch_with_its_telemetry():
+    keras = backends.keras()
     model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(2)])
     model.compile(optimizer="adam", loss="mse")
-    timer = timing.EpochTimer()
+    timer = timing.epoch_timer("cpu")
     x, y = np.ones((64, 4), "float32"), np.zeros((64, 2), "float32")
     model.fit(x, y, epochs=3, batch_size=16, verbose=0, callbacks=[timer])
     assert len(timer.epoch_seconds) == 3
     assert all(s > 0 for s in timer.epoch_seconds)
-    assert timer.first_epoch_seconds == timer.epoch_seconds[0]
-    assert timer.steady.n == 2
-    assert timer.steady.median == pytest.approx(float(np.median(timer.epoch_seconds[1:])))
-    assert timer.total_seconds == pytest.approx(sum(timer.epoch_seconds))
+    assert len(timer.epoch_telemetry) == 3
+    assert all(t["reason"] == "the device is the CPU" for t in timer.epoch_telemetry)
 
 
-def test_epoch_timer_syncs_once_per_epoch_before_stopping_the_clock(monkeypatch):
-    import keras
-
-    timer = timing.EpochTimer()
-    syncs = []  # epochs already recorded when each sync happens
-    monkeypatch.setattr(timing, "sync", lambda: syncs.append(len(timer.epoch_seconds)))
+def test_epoch_timer_syncs_on_the_variables_once_per_epoch_before_stopping_the_clock(monkeypatch):
+    keras = backends.keras()
+    timer = timing.epoch_timer()
+    syncs = []  # (epochs already recorded, variables synced on) at each sync
+    monkeypatch.setattr(timing, "sync",
+                        lambda variables: syncs.append((len(timer.epoch_seconds), len(variables))))
     model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(2)])
     model.compile(optimizer="sgd", loss="mse")
     model.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), epochs=3, batch_size=8,
               verbose=0, callbacks=[timer])
-    assert syncs == [0, 1, 2]  # one per epoch, each before that epoch's time is taken
+    # one per epoch, each before that epoch's time is taken, on every variable (kernel, bias)
+    assert syncs == [(0, 2), (1, 2), (2, 2)]

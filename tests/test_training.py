@@ -7,6 +7,7 @@ import pytest
 
 from conftest import FASHION_DIR, REPO
 from gpubench import data, devices, models, notebook, profiles, results, training
+from gpubench.backends import tensorflow as tf_backend
 
 
 @pytest.mark.parametrize("name,params", [("mlp_h1000", 795_010), ("mnist_cnn", 242_062),
@@ -62,7 +63,7 @@ def test_flops_per_sample_counts_dense_and_conv_multiply_adds():
 
 def _keras_sees_a_gpu(monkeypatch):
     """Make Keras's jit_compile="auto" resolve as on a GPU machine (it asks tf.config)."""
-    tf = devices.tensorflow()
+    tf = tf_backend.tf()
     real = tf.config.list_physical_devices
     gpu = type("FakeDevice", (), {"device_type": "GPU", "name": "/physical_device:GPU:0"})()
     monkeypatch.setattr(tf.config, "list_physical_devices",

@@ -1,0 +1,102 @@
+"""The seam: everything that differs between Keras backends lives below this package.
+
+`current()` returns the module of the backend Keras runs on (`tensorflow` or `jax`); each
+such module offers the same functions (see `tensorflow.py` for the list). Nothing outside
+`gpubench/backends/` imports TensorFlow or JAX. A third backend is one more module here.
+
+Which backend: Keras's own rule (KERAS_BACKEND, else ~/.keras/keras.json, else TensorFlow),
+read by `requested()` before Keras loads, so a bad name fails before anything heavy runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+
+SUPPORTED = ("tensorflow", "jax")
+# Keras backends gpubench knows of but does not support yet, with what to do instead.
+NOT_YET = {"torch": "PyTorch is not supported yet", "numpy": "numpy cannot train",
+           "openvino": "OpenVINO cannot train"}
+# Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
+LABEL_PREFIX = {"tensorflow": "", "jax": "jax-"}
+
+
+class BackendError(ValueError):
+    """A Keras backend gpubench does not support; the message says what to use instead."""
+
+
+class DeviceError(ValueError):
+    """A device name gpubench does not understand, or a device that does not exist."""
+
+
+class GPUNotAvailableError(RuntimeError):
+    """A GPU was asked for and the backend cannot see one; the message says why."""
+
+
+def prepare_environment() -> None:
+    """Set, before any framework loads, what must hold in every env (a user's own setting wins):
+    TensorFlow's C++ info logs off, and JAX's grab of 75 % of GPU memory off (it allocates as
+    needed, as TensorFlow does with memory growth)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def requested() -> str:
+    """The backend Keras will load, by Keras's rule, checked: BackendError for one not supported."""
+    name = os.environ.get("KERAS_BACKEND", "").strip()
+    if not name:
+        config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
+        try:
+            name = str(json.loads(config.read_text()).get("backend", "")).strip()
+        except (OSError, ValueError, AttributeError):
+            name = ""
+    return check_name(name or "tensorflow")
+
+
+def check_name(name: str) -> str:
+    """`name` if gpubench supports that backend, else BackendError naming it and the choices."""
+    if name in SUPPORTED:
+        return name
+    why = NOT_YET.get(name, "unknown Keras backend")
+    raise BackendError(f"KERAS_BACKEND={name!r}: {why}; use one of {', '.join(SUPPORTED)} "
+                       "(e.g. KERAS_BACKEND=jax, or the kernel gpubench-jax-cpu)")
+
+
+def module(name: str) -> ModuleType:
+    """The gpubench module of backend `name` (imports nothing heavy by itself)."""
+    return importlib.import_module(f"gpubench.backends.{check_name(name)}")
+
+
+@functools.cache
+def keras() -> ModuleType:
+    """Keras, loaded once on the requested backend, with that backend's start-up chatter held back."""
+    return module(requested()).load_keras()
+
+
+@functools.cache
+def current() -> ModuleType:
+    """The backend module Keras runs on (loads Keras); BackendError for an unsupported one."""
+    return module(check_name(keras().backend.backend()))
+
+
+def part(kind: str) -> ModuleType:
+    """A backend's optional part, e.g. part("feeds") -> gpubench.backends.jax_feeds."""
+    return importlib.import_module(f"{current().__name__}_{kind}")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether `exc` means the device (or the host) ran out of memory: one rule, every backend."""
+    if isinstance(exc, MemoryError):
+        return True
+    return current().is_oom(exc)
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """(status, error) of a record for a measurement that raised `exc`: "oom" or "error"."""
+    text = str(exc).strip()
+    return ("oom" if is_oom(exc) else "error",
+            f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)

@@ -1,0 +1,224 @@
+"""The TensorFlow backend: devices, placement, sync, OOM, build info, the GPU guard, the matmul.
+
+Every backend module offers the same functions:
+  load_keras(), version(), gpu_count(), gpu_name(i), compute_capability(i), is_cuda_build(),
+  build_info(), jit_compile(xla), scope(device), sync(*values), is_oom(exc), diagnose(smi),
+  tf32_enabled(), book_matmul(device, size, dtype), rigorous_matmul(device, size, dtype),
+  tensorflow_importable().
+Device names given to them are gpubench's canonical ones: "cpu", "cpu:N" (a virtual CPU
+device), "gpu:N".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+NAME = "tensorflow"
+TITLE = "TensorFlow"
+# Keras's jit_compile for gpubench's `xla`; "off" by default: Keras's "auto" turns XLA on only
+# where TensorFlow sees a GPU, so the CPU env and the GPU env would train in different modes.
+JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
+
+
+@functools.cache
+def tf() -> ModuleType:
+    """The `tensorflow` module, imported with its C++ start-up chatter held back.
+
+    TensorFlow prints absl/oneDNN info lines on file descriptor 2 while it loads, whatever
+    TF_CPP_MIN_LOG_LEVEL says: they are dropped, unless the import fails; then they are
+    printed with the error.
+    """
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: PLC0415 - loaded on first use only
+            import keras  # noqa: F401,PLC0415 - loads with the same quiet stderr
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    tensorflow.get_logger().setLevel("ERROR")  # AutoGraph and retracing warnings
+    _enable_memory_growth(tensorflow)
+    return tensorflow
+
+
+def _enable_memory_growth(module: ModuleType) -> None:
+    """Let TensorFlow grow GPU memory as needed (before the GPUs initialise)."""
+    for gpu in module.config.list_physical_devices("GPU"):
+        with contextlib.suppress(RuntimeError, ValueError):  # already initialised: as it was
+            module.config.experimental.set_memory_growth(gpu, True)
+
+
+def load_keras() -> ModuleType:
+    """Keras on TensorFlow, loaded quietly."""
+    tf()
+    import keras  # noqa: PLC0415
+
+    return keras
+
+
+def version() -> str:
+    """TensorFlow's version."""
+    return tf().__version__
+
+
+def tensorflow_importable() -> bool:
+    """Whether TensorFlow can be imported in this environment (here: it is the backend)."""
+    return True
+
+
+def _gpus() -> list:
+    return tf().config.list_physical_devices("GPU")
+
+
+def gpu_count() -> int:
+    """How many GPUs TensorFlow sees."""
+    return len(_gpus())
+
+
+def _details(index: int) -> dict:
+    gpus = _gpus()
+    if index >= len(gpus):
+        return {}
+    try:
+        return tf().config.experimental.get_device_details(gpus[index])
+    except (ValueError, RuntimeError):
+        return {}
+
+
+def gpu_name(index: int) -> str:
+    """The name TensorFlow gives GPU `index` (for machines without nvidia-smi)."""
+    return _details(index).get("device_name") or f"GPU {index}"
+
+
+def compute_capability(index: int) -> tuple[int, int] | None:
+    """GPU `index`'s compute capability, None when unknown."""
+    found = _details(index).get("compute_capability")
+    return tuple(found) if found else None
+
+
+def is_cuda_build() -> bool:
+    """Whether this TensorFlow was built with CUDA."""
+    return bool(tf().test.is_built_with_cuda())
+
+
+def build_info() -> dict:
+    """TensorFlow, Keras and CUDA versions of this build, and the settings that change speed."""
+    info = tf().sysconfig.get_build_info()
+    return {"backend": NAME, "backend_version": version(), "tensorflow": version(), "jax": None,
+            "keras": load_keras().__version__, "cuda_build": is_cuda_build(),
+            "cuda_version": info.get("cuda_version"), "cudnn_version": info.get("cudnn_version"),
+            "backend_settings": {"gpu_memory_growth": True,
+                                 "tf32": tf32_enabled()}}
+
+
+def jit_compile(xla: str) -> bool | str:
+    """Keras's jit_compile for gpubench's `xla` ("off", "on", "auto")."""
+    return JIT_COMPILE[xla]
+
+
+def tf_name(device: str) -> str:
+    """TensorFlow's name for a canonical device: "cpu" -> "/CPU:0", "gpu:1" -> "/GPU:1"."""
+    kind, _, index = device.partition(":")
+    return f"/{kind.upper()}:{index or 0}"
+
+
+@contextlib.contextmanager
+def scope(device: str) -> Iterator[None]:
+    """Place the TensorFlow work inside the block on `device`."""
+    with tf().device(tf_name(device)):
+        yield
+
+
+def sync(*values) -> None:
+    """Wait until every device has finished the work queued so far (`values` included)."""
+    tf().test.experimental.sync_devices()
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether `exc` is TensorFlow running out of device memory."""
+    return isinstance(exc, tf().errors.ResourceExhaustedError)
+
+
+def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tuple[str, str]:
+    """(why TensorFlow sees no GPU, the fix), given `nvidia-smi -L`'s GPU lines (None: failed)."""
+    tf_version = version()
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if smi is None and smi_present:
+        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
+                f"TensorFlow {tf_version} cannot see a GPU.",
+                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU (on WSL2, "
+                "install the driver on Windows, not inside Linux).")
+    if not smi:
+        found = "not found" if smi is None else "lists none"
+        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); TensorFlow runs on the CPU.",
+                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
+                "driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows).")
+    if windows:
+        return ("native Windows. TensorFlow dropped GPU support on native Windows after 2.10.",
+                "run gpubench inside WSL2 (install the NVIDIA driver on Windows, then "
+                "`make setup GPU=1` in WSL2).")
+    if not is_cuda_build():
+        return (f"the driver sees {smi[0].strip()}, but this TensorFlow {tf_version} is a CPU-only "
+                "build (tensorflow-cpu, or a platform without CUDA wheels); it can never see a GPU.",
+                "use the GPU environment: `make setup GPU=1` (or `gpubench setup --gpu`), then "
+                "pick the kernel gpubench-gpu; in a plain venv: "
+                "`pip install 'tensorflow[and-cuda]==2.21.*'`.")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from TensorFlow.",
+                "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")
+    return (f"the driver sees {len(smi)} GPU(s) ({smi[0].strip()}), but this CUDA build of "
+            f"TensorFlow {tf_version} cannot load the CUDA/cuDNN libraries it needs.",
+            "`pip install 'tensorflow[and-cuda]==2.21.*'` in this environment (it brings "
+            "matching CUDA and cuDNN wheels), and make sure LD_LIBRARY_PATH does not point at "
+            "an older CUDA.")
+
+
+def tf32_enabled() -> bool:
+    """Whether float32 matmuls may use TensorFloat-32 on GPUs that have it."""
+    return bool(tf().config.experimental.tensor_float_32_execution_enabled())
+
+
+def book_matmul(device: str, size: int, dtype: str) -> float:
+    """Seconds of one run including the set-up, as the chapter's performanceTest timed it:
+    random W and X made on the device, multiplied, summed, and the sum fetched."""
+    module = tf()
+    start = time.perf_counter()
+    with module.device(tf_name(device)):
+        w = module.random.normal([size, size], dtype=dtype)
+        x = module.random.normal([size, size], dtype=dtype)
+        total = module.reduce_sum(module.matmul(w, x))
+    total.numpy()  # fetching the sum waits for the device, like sess.run did
+    return time.perf_counter() - start
+
+
+def rigorous_matmul(device: str, size: int, dtype: str) -> Callable[[], object]:
+    """A compiled product of two matrices already on `device`, to be timed by timing.measure."""
+    module = tf()
+    with module.device(tf_name(device)):
+        w = module.random.normal([size, size], dtype=dtype)
+        x = module.random.normal([size, size], dtype=dtype)
+    sync()
+
+    @module.function(autograph=False, jit_compile=False)
+    def product():
+        with module.device(tf_name(device)):
+            return module.matmul(w, x)
+
+    return product
+

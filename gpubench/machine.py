@@ -1,0 +1,108 @@
+"""The machine gpubench runs on, without any ML framework: nvidia-smi, CPU, RAM, the checkout.
+
+`facts()` is the framework-free part of a record's `environment`; `results` adds the
+backend's build information to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+# Environment variables that change what a backend does; a record keeps those that are set.
+SPEED_ENV_VARS = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
+                  "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+                  "TF_NUM_INTEROP_THREADS", "JAX_PLATFORMS", "XLA_FLAGS",
+                  "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                  "JAX_DEFAULT_MATMUL_PRECISION")
+
+
+def run(cmd: list[str], timeout: float = 20) -> str | None:
+    """What `cmd` prints, stripped, or None when it is missing, fails or hangs."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def nvidia_smi(*args: str) -> str | None:
+    """What `nvidia-smi ARGS` prints, or None when the command is missing or fails."""
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):  # missing, not executable, or hung
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def nvidia_smi_gpus() -> list[str] | None:
+    """Lines of `nvidia-smi -L`, [] when it lists none, None when the command is missing or fails."""
+    out = nvidia_smi("-L")
+    return None if out is None else [line for line in out.splitlines()
+                                     if line.strip().startswith("GPU")]
+
+
+def smi_gpus() -> list[dict]:
+    """Name, memory (GB) and driver of each GPU nvidia-smi lists ([] without one)."""
+    out = nvidia_smi("--query-gpu=name,memory.total,driver_version",
+                     "--format=csv,noheader,nounits")
+    gpus = []
+    for line in (out or "").strip().splitlines():
+        name, memory, driver = (part.strip() for part in (line.split(",") + ["", ""])[:3])
+        memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
+        gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver or None})
+    return gpus
+
+
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC 7B13", ...)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin" and (out := run(["sysctl", "-n",
+                                                      "machdep.cpu.brand_string"])):
+        return out
+    return platform.processor() or platform.machine()
+
+
+def cpu_count() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def ram_gb() -> float | None:
+    """Physical memory in GB."""
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def project_root() -> Path:
+    """The gpubench checkout (or installed package's parent folder)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str | None:
+    """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
+    here = str(Path(__file__).resolve().parent)
+    commit = run(["git", "-C", here, "rev-parse", "HEAD"])
+    if not commit:
+        return None
+    dirty = run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
+    return commit + ("-dirty" if dirty else "")
+
+
+@functools.cache
+def facts() -> dict:
+    """The framework-free part of a record's environment (cached: the machine does not change)."""
+    return {"python": platform.python_version(), "os": platform.platform(),
+            "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb(),
+            "gpus": smi_gpus(), "git_commit": git_commit(), "hostname": platform.node(),
+            "tf_env": {name: os.environ[name] for name in SPEED_ENV_VARS if name in os.environ}}

@@ -1,0 +1,152 @@
+"""The backend seam: one home for what differs between Keras backends, and each backend's rules.
+
+Tests marked `jax` run in the TensorFlow-free JAX env (`make test` runs them there); the
+others run in the TensorFlow env.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import PYTHON, REPO, python_env
+from gpubench import backends, devices, matmul, results, timing, training
+
+H200 = "echo 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'"
+FRAMEWORKS = ("tensorflow", "jax", "jaxlib", "torch")
+
+
+def _framework_imports(path: Path) -> list[str]:
+    """`import X` / `from X import` of a framework anywhere in `path`, inside functions too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"{path.name}:{node.lineno}: {n}" for n in names
+                  if n.split(".")[0] in FRAMEWORKS]
+    return found
+
+
+def test_no_framework_is_imported_outside_the_backends_package():
+    package = REPO / "gpubench"
+    outside = [p for p in package.rglob("*.py") if "backends" not in p.relative_to(package).parts]
+    assert outside and not [hit for p in outside for hit in _framework_imports(p)]
+    inside = [hit for p in (package / "backends").glob("*.py") for hit in _framework_imports(p)]
+    assert inside  # the check does find them where they belong
+
+
+@pytest.mark.parametrize("name,message", [("torch", "PyTorch is not supported yet"),
+                                          ("theano", "unknown Keras backend")])
+def test_an_unsupported_backend_is_refused_by_name(name, message):
+    with pytest.raises(backends.BackendError, match=rf"KERAS_BACKEND='{name}': {message}.*jax"):
+        backends.check_name(name)
+
+
+def test_the_requested_backend_follows_keras_rules(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert backends.requested() == "tensorflow"  # Keras's own default
+    (tmp_path / "keras.json").write_text('{"backend": "jax"}')
+    assert backends.requested() == "jax"
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    with pytest.raises(backends.BackendError, match="torch"):
+        backends.requested()
+
+
+def test_every_record_names_its_backend_and_the_env_label_follows_it(tmp_path):
+    record = matmul.performance_test("cpu", 64, method="rigorous", repeats=2)
+    name = backends.current().NAME
+    assert record["backend"] == name == record["environment"]["backend"]
+    assert record["environment"]["backend_version"] == backends.current().version()
+    assert results.env_label(name, False) == ("cpu" if name == "tensorflow" else "jax-cpu")
+    assert record["telemetry"]["reason"] == "the device is the CPU"
+    assert record["telemetry"]["cpu_util_percent_mean"] is not None
+
+
+@pytest.mark.jax
+def test_jax_env_has_no_tensorflow_and_records_say_so():
+    assert backends.current().NAME == "jax"
+    snapshot = results.environment_snapshot()
+    assert snapshot["tensorflow"] is None and snapshot["jax"] == backends.current().version()
+    assert snapshot["backend_settings"]["gpu_memory_preallocate"] is False
+    assert results.default_env_name() in ("jax-cpu", "jax-gpu")
+    code = ("import gpubench as gb, sys; gb.matmul.performance_test('cpu', 64);"
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env=python_env(KERAS_BACKEND="jax"))
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.jax
+def test_jax_sync_waits_for_the_work_it_is_given():
+    fn = backends.current().rigorous_matmul("cpu", 3000, "float32")
+    fn()  # compiled
+    product = fn()
+    assert not product.is_ready()  # JAX dispatched it and returned at once
+    timing.sync(product)
+    assert product.is_ready()
+
+
+@pytest.mark.jax
+def test_without_the_sync_a_timed_jax_matmul_would_end_before_its_work(monkeypatch):
+    fn = backends.current().rigorous_matmul("cpu", 3000, "float32")
+    seen = []
+    monkeypatch.setattr(timing, "sync", lambda *values: seen.extend(values))
+    timing.measure(fn, warmup=1, repeats=1)
+    assert not seen[-1].is_ready()  # what measure would have timed: dispatch only
+    monkeypatch.undo()
+    timing.measure(lambda: seen.append(fn()) or seen[-1], warmup=1, repeats=1)
+    assert seen[-1].is_ready()  # the real sync waited for it before the clock stopped
+
+
+@pytest.mark.jax
+def test_jax_gpu_guard_on_a_cpu_only_jaxlib_names_the_fix(fake_command, monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_command("nvidia-smi", H200)
+    assert not backends.current().is_cuda_build()
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.resolve("gpu")
+    text = str(info.value)
+    assert "JAX sees none" in text and "NVIDIA H200" in text and "CPU-only" in text
+    assert 'pip install "jax[cuda12]"' in text
+    with pytest.warns(UserWarning, match="runs on the CPU although nvidia-smi lists a GPU"):
+        assert devices.resolve("auto") == "cpu"  # never silently
+
+
+@pytest.mark.jax
+def test_jax_platforms_cpu_is_named_as_the_reason(fake_command, monkeypatch):
+    fake_command("nvidia-smi", H200)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    with pytest.raises(devices.GPUNotAvailableError, match="JAX_PLATFORMS='cpu'"):
+        devices.check_gpu()
+
+
+@pytest.mark.jax
+def test_jax_never_trains_eagerly_and_the_record_says_what_ran(tmp_path):
+    from gpubench import data
+
+    loaded = data.load("mnist", source="synthetic", max_train_samples=300)
+    model = training.build_model("mlp_h1000", "cpu", xla="off")
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    run = training.train(model, loaded, epochs=2, batch_size=100, device="cpu", store=store,
+                         verbose=0)
+    record = store.read()[0]
+    assert record["jit_compile"] is True and record["backend"] == "jax"
+    assert len(record["epoch_seconds"]) == 2 and record["status"] == "ok"
+    assert len(record["epoch_cpu_util_percent"]) == 2
+    assert np.isfinite(run.test_loss)
+
+
+@pytest.mark.jax
+def test_jax_oom_is_recognised():
+    class XlaRuntimeError(RuntimeError):
+        pass
+
+    assert backends.is_oom(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8GB"))
+    assert not backends.is_oom(XlaRuntimeError("INVALID_ARGUMENT: shapes"))
+    assert backends.failure(MemoryError())[0] == "oom"

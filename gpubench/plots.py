@@ -7,6 +7,7 @@ in Jupyter). The report passes Figures of its own, so it never touches pyplot or
 from __future__ import annotations
 
 from gpubench import report
+from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
 
 
 def _axes(ax, figsize: tuple[float, float]):
@@ -32,12 +33,10 @@ def _size_axis(ax, **labels):
 
 def _book_line(ax) -> None:
     """The book's stored single-run seconds (GT 720 and its CPU) as dashed grey lines."""
-    from gpubench import matmul  # noqa: PLC0415 - the book's figures live with the benchmark
-
     for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
-        points = sorted(matmul.BOOK_SECONDS[device].items())
+        points = sorted(BOOK_SECONDS[device].items())
         ax.plot([p[0] for p in points], [p[1] for p in points], color=shade, linestyle="--",
-                marker="x", label=f"{matmul.BOOK_LABEL} (single run): {device}")
+                marker="x", label=f"{BOOK_LABEL} (single run): {device}")
 
 
 def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None,
@@ -58,7 +57,8 @@ def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: st
     if book and metric == "seconds":
         _book_line(ax)
     return _size_axis(ax, ylabel="seconds per product" if index == 1 else "GFLOP/s",
-                      title=title or f"Matrix multiplication {'time' if index == 1 else 'throughput'}")
+                      title=title or ("Matrix multiplication "
+                                      + ("time" if index == 1 else "throughput")))
 
 
 def plot_speedup(records: list[dict], ax=None):
@@ -94,14 +94,14 @@ def plot_epoch_bars(records: list[dict], fig=None):
     by_key = {(r["model"], r["_column"]): r for r in train}
     fig = _figure(fig, (4.5 * max(len(models), 1), 4.5))
     axes = fig.subplots(1, max(len(models), 1), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    for ax, model in zip(axes[0], models, strict=False):
         runs = [by_key.get((model, column), {}) for column in cols]
         steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") or 0 for r in runs]
         first = [r.get("first_epoch_seconds") or 0 for r in runs]
         x = np.arange(len(cols))
         ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
         ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
-        for xi, value in zip(x, steady):
+        for xi, value in zip(x, steady, strict=True):
             ax.annotate(report.fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
                         fontsize="small")
         ax.set_xticks(x, cols, rotation=15, fontsize="small")
@@ -121,7 +121,7 @@ def plot_history(history: dict, epoch_seconds: list[float] | None = None, fig=No
     fig = _figure(fig, (5 * panels, 4))
     axes = fig.subplots(1, panels)
     epochs = range(1, len(history.get("loss", [])) + 1)
-    for ax, metric in zip(axes, ("loss", "accuracy")):
+    for ax, metric in zip(axes, ("loss", "accuracy"), strict=False):
         ax.plot(epochs, history.get(metric, []), marker="o", label="train")
         if f"val_{metric}" in history:
             ax.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
@@ -167,7 +167,8 @@ def plot_factors(effects: list[dict], ax=None):
     ax = _axes(ax, (8, 0.35 * len(rows) + 1.5))
     y = range(len(rows))
     ax.barh(list(y), [e["speedup"] for e in rows],
-            xerr=[[e["speedup"] - e["low"] for e in rows], [e["high"] - e["speedup"] for e in rows]],
+            xerr=[[e["speedup"] - e["low"] for e in rows],
+                  [e["high"] - e["speedup"] for e in rows]],
             color=["tab:blue" if e["clear"] else "lightgrey" for e in rows], capsize=2)
     ax.set_yticks(list(y), [f"{e['device']}: {e['value']}" for e in rows], fontsize="small")
     ax.invert_yaxis()

@@ -11,22 +11,24 @@ import functools
 import json
 import math
 import os
-import platform
-import subprocess
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 2
-# Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None).
-KNOWN_SCHEMAS = (1, 2)
+from gpubench import backends, machine
+from gpubench import telemetry as gb_telemetry
+
+SCHEMA = 3
+# Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None);
+# 1 and 2 lack `backend` (read as "tensorflow", the only one then) and `telemetry` (None).
+KNOWN_SCHEMAS = (1, 2, 3)
 # The mode a training ran in (issue 9): what Keras resolved, not what was asked for.
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
 
 COMMON_FIELDS = ("schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
-                 "timestamp", "attempt", "environment")
+                 "timestamp", "attempt", "backend", "telemetry", "environment")
 MATMUL_FIELDS = ("size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats",
                  "gflops")
 TRAIN_FIELDS = ("model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
@@ -34,22 +36,24 @@ TRAIN_FIELDS = ("model", "dataset", "data_source", "epochs", "batch_size", "trai
                 "samples_per_second", "test_accuracy", "test_loss") + SCHEMA_2_FIELDS
 SCALING_FIELDS = TRAIN_FIELDS + ("strategy", "replicas", "workers", "global_batch_size",
                                  "per_replica_batch_size", "scaling", "scaling_efficiency")
+# Per-epoch telemetry lists of train and scaling records (gpubench.telemetry.epoch_fields).
+EPOCH_TELEMETRY = ("epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_util_percent",
+                   "epoch_clock_event_reasons")
 # Fields beyond DESIGN.md's list that gpubench also records.
 EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
-              "time_boxed", "steady_epoch_min", "paired_baseline_seconds"),
+              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", *EPOCH_TELEMETRY,
+              "data_verified"),
     "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
-                "virtual_devices", "devices", "final_loss"),
+                "virtual_devices", "devices", "final_loss", *EPOCH_TELEMETRY, "data_verified"),
 }
 BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
 ENVIRONMENT_FIELDS = ("python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version",
                       "cudnn_version", "os", "cpu_model", "cpu_count", "ram_gb", "gpus",
                       "git_commit", "hostname", "tf_env")
-# Environment variables that change what TensorFlow does; a run records those that are set.
-TF_ENV_VARS = ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
-               "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
-               "TF_NUM_INTEROP_THREADS")
+# Schema 3 adds these to the environment (absent from older records).
+ENVIRONMENT_FIELDS_3 = ("backend_version", "jax", "backend_settings")
 STATUSES = ("ok", "oom", "error", "skipped")
 # Types of the fields the report computes with (None: a value may be missing).
 _NUMBER = (int, float, type(None))
@@ -78,7 +82,7 @@ def write_problem(exc: OSError) -> str:
 
 def new_run_id() -> str:
     """A sortable, unique run id: UTC timestamp plus a short random suffix."""
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{now}-{uuid.uuid4().hex[:6]}"
 
 
@@ -97,16 +101,21 @@ def current_attempt() -> int:
 
 
 def default_env_name() -> str:
-    """The env label for results: GPUBENCH_ENV when set, else "gpu"/"cpu" by the TensorFlow build."""
+    """The env label for results: GPUBENCH_ENV when set, else the backend's prefix and what it
+    sees: "cpu"/"gpu" on TensorFlow, "jax-cpu"/"jax-gpu" on JAX."""
     if name := os.environ.get("GPUBENCH_ENV"):
         return name
-    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
+    return env_label(backends.current().NAME, backends.current().gpu_count() > 0)
 
-    return "gpu" if devices.build_info()["cuda_build"] else "cpu"
+
+def env_label(backend: str, gpu: bool) -> str:
+    """The env label of `backend` with or without a GPU ("jax-gpu", "cpu", ...)."""
+    return backends.LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
 
 
 def make_record(benchmark: str, *, notebook: str, env: str, device: str, status: str = "ok",
-                error: str | None = None, environment: dict | None = None, **fields: Any) -> dict:
+                error: str | None = None, environment: dict | None = None,
+                telemetry: dict | None = None, **fields: Any) -> dict:
     """Build one record with every schema field present (missing measurements are None)."""
     if benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"unknown benchmark {benchmark!r}; use one of {sorted(BENCHMARK_FIELDS)}")
@@ -116,17 +125,26 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    environment = environment if environment is not None else environment_snapshot()
     record = {"schema": SCHEMA, "run_id": current_run_id(), "env": env, "notebook": notebook,
               "benchmark": benchmark, "device": device, "status": status, "error": error,
               "timestamp": now, "attempt": current_attempt(),
-              "environment": environment if environment is not None else environment_snapshot()}
+              "backend": environment.get("backend") or "tensorflow",
+              "telemetry": telemetry if telemetry is not None else gb_telemetry.unmeasured(
+                  "not measured for this record" if status == "ok" else f"status {status}"),
+              "environment": environment}
     return record | {name: fields.get(name) for name in allowed}
 
 
 def validate(record: dict) -> None:
-    """Raise ValueError naming the first field of `record` that is missing or of a wrong type."""
+    """Raise ValueError naming the first field of `record` that is missing or of a wrong type.
+
+    Any malformed record is a ValueError (never a TypeError or KeyError), so a reader can skip it.
+    """
+    if not isinstance(record, dict):
+        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     benchmark = record.get("benchmark")
-    if benchmark not in BENCHMARK_FIELDS:
+    if not isinstance(benchmark, str) or benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"record has unknown benchmark {benchmark!r}; "
                          f"expected one of {sorted(BENCHMARK_FIELDS)}")
     for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark]:
@@ -135,8 +153,9 @@ def validate(record: dict) -> None:
         wanted, value = FIELD_TYPES.get(name), record[name]
         if wanted and (isinstance(value, bool) or not isinstance(value, wanted)):
             raise ValueError(f"{benchmark} field {name!r} has the wrong type: {value!r}")
-    if record["status"] not in STATUSES:
-        raise ValueError(f"record has unknown status {record['status']!r}")
+    status = record["status"]
+    if not isinstance(status, str) or status not in STATUSES:
+        raise ValueError(f"record has unknown status {status!r}; expected one of {STATUSES}")
     if missing := [k for k in ENVIRONMENT_FIELDS if k not in record["environment"]]:
         raise ValueError(f"record environment lacks {missing}")
 
@@ -201,47 +220,77 @@ def _append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def parse_line(line: str) -> dict:
-    """One results line as a record; ValueError says why it cannot be read."""
+def parse_line(line: str | bytes) -> dict:
+    """One results line (text, or UTF-8 bytes) as a record; ValueError says why it is unreadable."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                             f"{exc.start + 1}): a damaged line") from None
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     if "schema" not in record:
         raise ValueError("record lacks the field 'schema'")
-    if record["schema"] not in KNOWN_SCHEMAS:
-        raise ValueError(f"unknown schema version {record['schema']!r}; this gpubench reads "
+    schema = record["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema not in KNOWN_SCHEMAS:
+        raise ValueError(f"unknown schema version {schema!r}; this gpubench reads "
                          f"{list(KNOWN_SCHEMAS)}: update gpubench to read it")
-    if record["schema"] == 1:
+    if schema == 1:
         record = {"attempt": 1, **dict.fromkeys(SCHEMA_2_FIELDS), **record}
+    if schema in (1, 2):
+        record = {"backend": "tensorflow", "telemetry": None, **record}
     validate(record)
     return record
 
 
-def read_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[dict]:
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
+
+
+def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 origin: bool = False) -> list[dict]:
     """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
 
-    An unreadable line is skipped with a warning naming file and line, also added to `problems`.
+    The file is read line by line as bytes: a line that is not UTF-8, not JSON or not a valid
+    record is skipped with a warning naming file and line, also added to `problems`; a UTF-8
+    byte-order mark is accepted. With `origin`, each record gets "_origin": "FILE:LINE".
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ResultsPathError(
+            f"cannot read results from {str(path)!r}: {read_problem(exc)}") from None
+    if data.startswith(BOM):
+        data = data[len(BOM):]
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            records.append(parse_line(line))
+            record = parse_line(line.rstrip(b"\r"))
         except ValueError as exc:
             message = f"{path}:{number}: skipped: {exc}"
             warnings.warn(message, stacklevel=2)
             if problems is not None:
                 problems.append(message)
+            continue
+        records.append(record | {"_origin": f"{path}:{number}"} if origin else record)
     return records
+
+
+def read_problem(exc: OSError) -> str:
+    """A failed read in words: "permission denied", "it is a directory", ..."""
+    words = {errno.EISDIR: "it is a directory", errno.EACCES: "permission denied"}
+    return words.get(exc.errno, exc.strerror or str(exc))
 
 
 def environment_snapshot() -> dict:
@@ -251,88 +300,21 @@ def environment_snapshot() -> dict:
 
 @functools.cache
 def _snapshot() -> dict:
-    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
-
-    return {"python": platform.python_version(), **devices.build_info(),
-            "os": platform.platform(), "cpu_model": _cpu_model(), "cpu_count": _cpu_count(),
-            "ram_gb": _ram_gb(), "gpus": _gpus(devices), "git_commit": _git_commit(),
-            "hostname": platform.node(),
-            "tf_env": {name: os.environ[name] for name in TF_ENV_VARS if name in os.environ}}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        out = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
-        if out:
-            return out
-    return platform.processor() or platform.machine()
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _ram_gb() -> float | None:
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _gpus(devices) -> list[dict]:
-    """GPU name, memory and driver from nvidia-smi; TensorFlow's names when it is absent."""
-    out = devices.nvidia_smi("--query-gpu=name,memory.total,driver_version",
-                             "--format=csv,noheader,nounits")
-    if out and out.strip():
-        gpus = []
-        for line in out.strip().splitlines():
-            name, memory, driver = (part.strip() for part in line.split(",")[:3])
-            memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
-            gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver})
-        return gpus
-    tf = devices.tensorflow()
-    gpus = []
-    for gpu in devices._physical_gpus():
-        try:
-            name = tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-        except (ValueError, RuntimeError):
-            name = gpu.name
-        gpus.append({"name": name, "memory_gb": None, "driver": None})
-    return gpus
-
-
-def _git_commit() -> str | None:
-    """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
-    here = Path(__file__).resolve().parent
-    commit = _run(["git", "-C", str(here), "rev-parse", "HEAD"])
-    if not commit:
-        return None
-    dirty = _run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"])
-    return commit + ("-dirty" if dirty else "")
-
-
-def _run(cmd: list[str]) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    backend = backends.current()
+    facts = dict(machine.facts())
+    if not facts["gpus"]:  # no nvidia-smi: the names the backend gives
+        facts["gpus"] = [{"name": backend.gpu_name(i), "memory_gb": None, "driver": None}
+                         for i in range(backend.gpu_count())]
+    return {**facts, **backend.build_info()}
 
 
 def runs_dir() -> Path:
     """Where run directories go by default: runs/ of the project."""
-    from gpubench import envs  # noqa: PLC0415 - envs is stdlib-only but large
-
-    return envs.project_root() / "runs"
+    return machine.project_root() / "runs"
 
 
 def default_results_path() -> Path:
-    """Where notebooks run by hand write: GPUBENCH_RESULTS_PATH, else runs/interactive/results.jsonl."""
+    """Where notebooks run by hand write: GPUBENCH_RESULTS_PATH, else
+    runs/interactive/results.jsonl."""
     env = os.environ.get("GPUBENCH_RESULTS_PATH")
     return Path(env) if env else runs_dir() / "interactive" / "results.jsonl"

@@ -10,15 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure
 
 from conftest import REPO
 from gpubench import report, results
 
 
-def _env(host: str = "vm") -> dict:
+def _env(host: str = "vm", backend: str = "tensorflow") -> dict:
     env = {k: None for k in results.ENVIRONMENT_FIELDS}
     env.update(hostname=host, gpus=[], cuda_build=False, cpu_model="Test CPU", cpu_count=2,
-               ram_gb=4.0, tensorflow="2.21", keras="3.15", python="3.11")
+               ram_gb=4.0, tensorflow="2.21", keras="3.15", python="3.11", backend=backend)
+    if backend == "jax":
+        env.update(tensorflow=None, jax="0.10.0", backend_version="0.10.0")
     return env
 
 
@@ -32,15 +35,19 @@ def matmul(env: str, device: str, size: int, seconds: float, *, method: str = "r
 
 
 def train(env: str, total: float, *, model: str = "mlp_h1000", host: str = "vm",
-          notebook: str = "Mnist_MLP_h1000", **fields) -> dict:
-    """A train record: 15 epochs of the book's MLP taking `total` seconds."""
+          notebook: str = "Mnist_MLP_h1000", device: str | None = None,
+          backend: str | None = None, **fields) -> dict:
+    """A train record: 15 epochs of the book's MLP taking `total` seconds (on device `env`, or
+    cpu/gpu:0 for a JAX env; the backend from the env's name unless given)."""
     fields = {"dataset": "mnist", "data_source": "keras", "epochs": 15, "batch_size": 100,
               "train_samples": 55000, "total_seconds": total, "first_epoch_seconds": total / 10,
               "steady_epoch_seconds": total / 16, "epoch_seconds": [total / 15] * 15,
               "test_accuracy": 0.95, "jit_compile": False, "precision": "float32",
               "steps_per_execution": 1, "input_pipeline": "arrays", **fields}
-    return results.make_record("train", notebook=notebook, env=env, device=env, model=model,
-                               environment=_env(host), **fields)
+    backend = backend or ("jax" if env.startswith("jax-") else "tensorflow")
+    device = device or {"jax-cpu": "cpu", "jax-gpu": "gpu:0"}.get(env, env)
+    return results.make_record("train", notebook=notebook, env=env, device=device, model=model,
+                               environment=_env(host, backend), **fields)
 
 
 def write_run(run_dir: Path, records: list[dict], jobs: list[dict] | None = None) -> Path:
@@ -107,13 +114,18 @@ def test_a_clean_run_has_no_problems_section(tmp_path):
     assert "What went wrong" not in text
 
 
-@pytest.mark.parametrize("content", ["", "{not json", '{"jobs": [{"env": "cpu"}]}'])
-def test_an_unreadable_run_json_is_named_and_the_report_still_written(tmp_path, content):
+@pytest.mark.parametrize("content,words", [
+    ("", "unreadable job list"), ("{not json", "unreadable job list"),
+    ('{"jobs": {"env": "cpu"}}', "unreadable job list"),
+    ('{"jobs": [{"env": "cpu"}]}', "job 1 is not as gpubench writes it"),
+    ('{"jobs": [{"env": "cpu", "notebook": "Mnist_CNN", "status": 3}]}',
+     "job 1 is not as gpubench writes it")])
+def test_an_unreadable_run_json_is_named_and_the_report_still_written(tmp_path, content, words):
     write_run(tmp_path, [train("cpu", 10.0)])
     (tmp_path / "run.json").write_text(content)
-    with pytest.warns(UserWarning, match="run.json: unreadable job list"):
+    with pytest.warns(UserWarning, match=f"run.json: {words}"):
         text = build_text(tmp_path)
-    assert f"{tmp_path / 'run.json'}: unreadable job list" in text
+    assert f"{tmp_path / 'run.json'}: {words}" in text
     assert table_rows(text, "MNIST MLP h1000")
 
 
@@ -147,7 +159,7 @@ def test_a_failed_report_write_is_a_clear_error_and_leaves_the_old_report(
         report.build([tmp_path])
     assert str(tmp_path) in str(caught.value)
     assert (tmp_path / "report.md").read_text() == "old report"
-    assert not (tmp_path / "report.md.tmp").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 # ---------------------------------------------------------------- issue 8: the numbers
@@ -300,7 +312,7 @@ def test_scaling_section_shows_replicas_workers_speed_and_efficiency(tmp_path):
                         all_reduce="AUTO (collective ring)")]
     text = build_text(write_run(tmp_path, records))
     assert "## Scaling" in text and "**Virtual devices**" in text
-    assert table_rows(text, "vm · cpu") [:3] == [
+    assert table_rows(text[text.index("## Scaling"):], "vm · cpu")[:3] == [
         ["vm · cpu", "mirrored", "1", "1", "virtual (2 on one CPU)", "100", "1,000", "100%",
          "ring", "0.900"],
         ["vm · cpu", "mirrored", "1", "2", "virtual (2 on one CPU)", "200", "1,500", "75%",
@@ -327,3 +339,410 @@ def test_show_displays_the_text_and_each_chart_where_report_md_has_it(tmp_path, 
         "epoch_times.png", "matmul_time.png", "matmul_gflops.png", "matmul_speedup.png"]
     text = "".join(item.data for item in shown[::2])
     assert "## Matrix multiplication" in text and "![" not in text
+
+
+# ---------------------------------------------------------------- backends
+
+def book_rows(text: str) -> list[list[str]]:
+    """The MLP rows of the book's table."""
+    return table_rows(_section(text, "## Training"), "MNIST MLP h1000")
+
+
+def _saved_speedup(row: list[str]) -> tuple[str, str]:
+    return cell(row, "time saved vs CPU env"), cell(row, "speedup")
+
+
+def test_each_gpu_env_compares_with_the_cpu_env_of_its_own_backend(tmp_path):
+    records = [train("cpu", 100.0), train("gpu", 50.0), train("jax-cpu", 80.0),
+               train("jax-gpu", 20.0)]
+    rows = {row[1]: row for row in book_rows(build_text(write_run(tmp_path, records)))}
+    assert list(rows) == ["vm · cpu", "vm · gpu", "vm · jax-cpu", "vm · jax-gpu"]
+    assert _saved_speedup(rows["vm · gpu"]) == ("50%", "2.00x")  # against cpu (100 s)
+    assert _saved_speedup(rows["vm · jax-gpu"]) == ("75%", "4.00x")  # against jax-cpu (80 s)
+    assert _saved_speedup(rows["vm · jax-cpu"]) == ("baseline", "1.00x")
+
+
+def test_a_gpu_env_without_a_cpu_env_of_its_backend_is_never_compared_across_backends(tmp_path):
+    rows = book_rows(build_text(write_run(tmp_path, [train("cpu", 100.0),
+                                                     train("jax-gpu", 20.0)])))
+    assert [row[1] for row in rows] == ["vm · cpu", "vm · jax-gpu"]
+    assert _saved_speedup(rows[1]) == ("n/a (no jax-cpu env)", "–")
+
+
+def _section(text: str, heading: str) -> str:
+    """The text of the section starting at `heading`, up to the next "## " heading."""
+    start = text.index(heading)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def test_backends_section_puts_one_model_on_one_device_side_by_side(tmp_path):
+    # The book's MLP on one CPU: TensorFlow XLA off 5.7 s, XLA on (another machine label) and
+    # JAX 3.9 s per steady epoch, 55,000 images.
+    tf_off = train("cpu", 90.0, steady_epoch_seconds=5.7, samples_per_second=55000 / 5.7)
+    jax = train("jax-cpu", 60.0, steady_epoch_seconds=3.9, samples_per_second=55000 / 3.9,
+                jit_compile=True)
+    text = build_text(write_run(tmp_path, [tf_off, jax]))
+    section = _section(text, "## Backends: TensorFlow vs JAX")
+    rows = table_rows(section, "MNIST MLP h1000")
+    header = report.BACKEND_HEADERS
+    assert [(r[header.index("backend")], r[header.index("steady epoch")],
+             r[header.index("images/s")], r[header.index("ratio")]) for r in rows] == [
+        ("TensorFlow 2.21", "5.7 s", "9,649", "1.00x (reference)"),
+        ("JAX 0.10.0", "3.9 s", "14,103", "1.46x")]
+    like = rows[1][header.index("like for like?")]
+    assert like.startswith("**not like for like**: XLA on against XLA off")
+    assert "JAX always compiles" in like and "xla=on" in like
+    # The time saved stays within each backend: no JAX row is measured against TensorFlow's.
+    assert _saved_speedup(book_rows(text)[1]) == ("baseline", "1.00x")
+
+
+def test_backends_in_the_same_mode_are_like_for_like(tmp_path):
+    records = [train("cpu", 70.0, steady_epoch_seconds=4.7, jit_compile=True),
+               train("jax-cpu", 60.0, steady_epoch_seconds=3.9, jit_compile=True)]
+    rows = table_rows(_section(build_text(write_run(tmp_path, records)), "## Backends"),
+                      "MNIST MLP h1000")
+    assert rows[1][report.BACKEND_HEADERS.index("like for like?")] == "yes"
+    # images/s from the training images and the steady epoch when the record has no rate
+    assert rows[1][report.BACKEND_HEADERS.index("images/s")] == "14,103"
+
+
+def test_backends_on_different_devices_or_machines_are_not_put_side_by_side(tmp_path):
+    records = [train("cpu", 70.0), train("jax-gpu", 10.0),
+               train("jax-cpu", 60.0, host="other")]
+    text = build_text(write_run(tmp_path, records))
+    assert "## Backends" not in text
+
+
+def test_the_environment_table_shows_each_backend_and_its_version(tmp_path):
+    text = build_text(write_run(tmp_path, [train("cpu", 70.0), train("jax-cpu", 60.0)]))
+    rows = {row[0]: row for row in table_rows(text, "vm · cpu") + table_rows(text, "vm · jax-cpu")
+            if len(row) == len(report.ENVIRONMENT_HEADERS)}
+    backend = report.ENVIRONMENT_HEADERS.index("backend")
+    assert rows["vm · cpu"][backend] == "TensorFlow 2.21 (CPU-only build), Keras 3.15"
+    assert rows["vm · jax-cpu"][backend] == "JAX 0.10.0 (CPU-only build), Keras 3.15"
+    assert "| TF " not in text
+
+
+def test_schema_2_records_read_as_tensorflow(tmp_path):
+    old = {k: v for k, v in train("cpu", 100.0).items() if k not in ("backend", "telemetry")}
+    (tmp_path / "results.jsonl").write_text(json.dumps({**old, "schema": 2}) + "\n"
+                                            + json.dumps(train("gpu", 50.0)) + "\n")
+    rows = table_rows(build_text(tmp_path), "MNIST MLP h1000")
+    assert _saved_speedup(rows[1]) == ("50%", "2.00x")
+    assert cell(rows[0], "energy (all epochs)") == "–"  # no telemetry then
+
+
+# ---------------------------------------------------------------- telemetry
+
+def _telemetry(**figures) -> dict:
+    from gpubench import telemetry
+
+    return {**telemetry.unmeasured(None), **figures}
+
+
+def _gpu_run(busy: float, **fields) -> dict:
+    """A GPU train record of 15 epochs, 55,000 images each, busy `busy` % in the steady epochs."""
+    telemetry = _telemetry(source="nvml", gpu_util_percent_mean=busy, power_watts_mean=150.0,
+                           energy_joules=15 * 1100.0, energy_method="counter",
+                           cpu_util_percent_mean=98.0, sm_clock_mhz_mean=1900.0,
+                           **fields.pop("figures", {}))
+    return train("gpu", 150.0, device="gpu:0", telemetry=telemetry,
+                 epoch_gpu_util_percent=[5.0] + [busy] * 14, epoch_energy_joules=[1100.0] * 15,
+                 epoch_cpu_util_percent=[98.0] * 15, **fields)
+
+
+def test_a_gpu_busy_23_percent_is_diagnosed_and_its_energy_shown(tmp_path):
+    cpu = train("cpu", 300.0, telemetry=_telemetry(cpu_util_percent_mean=196.0,
+                                                  reason="no NVIDIA driver"))
+    text = build_text(write_run(tmp_path, [cpu, _gpu_run(23.0)]))
+    section = _section(text, "## Telemetry")
+    headers = report.TELEMETRY_HEADERS
+    gpu = table_rows(section, "vm · gpu")[0]
+    assert dict(zip(headers, gpu, strict=True)) == {
+        "machine · env": "vm · gpu", "run": "MNIST MLP h1000", "device": "gpu:0",
+        "GPU busy": "23 %", "GPU mean power": "150 W", "GPU energy per epoch": "1,100 J",
+        "images per joule (GPU)": "50.0", "CPU use (one core = 100 %)": "98 %",
+        "CPU energy per epoch": "n/a (no RAPL on this machine)", "images per joule (CPU)": "n/a"}
+    cpu_row = table_rows(section, "vm · cpu")[0]
+    assert cpu_row[headers.index("GPU busy")] == "n/a"
+    assert cpu_row[headers.index("CPU use (one core = 100 %)")] == "196 %"
+    assert ("- vm · gpu MNIST MLP h1000 on gpu:0: GPU busy 23 % of the epoch: it waits on the "
+            "input feed or on Python between steps; see Speed_Factors' input pipelines and steps "
+            "per execution.") in section
+    rows = table_rows(text, "MNIST MLP h1000")
+    assert cell(rows[0], "energy (all epochs)") == "CPU n/a (no RAPL on this machine)"
+    assert cell(rows[1], "energy (all epochs)") == (
+        "GPU 16,500 J (counter); CPU n/a (no RAPL on this machine)")
+
+
+def test_a_busy_gpu_has_no_busy_finding_and_power_cap_epochs_are_counted(tmp_path):
+    record = _gpu_run(91.0, figures={"cpu_energy_joules": 1500.0, "cpu_energy_method": "rapl",
+                                     "clock_event_reasons": ["sw_power_cap"]},
+                      epoch_clock_event_reasons=[[]] * 11 + [["sw_power_cap"]] * 4)
+    text = build_text(write_run(tmp_path, [record]))
+    section = _section(text, "## Telemetry")
+    assert "GPU busy 91 %" not in section
+    assert "clocks held back by the power cap in 4 of 15 epochs" in section
+    assert cell(table_rows(text, "MNIST MLP h1000")[0], "energy (all epochs)") == (
+        "GPU 16,500 J (counter); CPU 1,500 J (RAPL)")
+    assert table_rows(section, "vm · gpu")[0][
+        report.TELEMETRY_HEADERS.index("CPU energy per epoch")] == "100 J"
+
+
+def test_no_telemetry_section_where_nothing_was_measured(tmp_path):
+    assert "## Telemetry" not in build_text(write_run(tmp_path, [train("cpu", 10.0)]))
+
+
+# ---------------------------------------------------------------- records that cannot be used
+
+def _lines_with(tmp_path: Path, records: list[dict]) -> Path:
+    """A run dir whose results.jsonl has `records` as they are (no validation, NaN as null)."""
+    (tmp_path / "results.jsonl").write_text(
+        "".join(json.dumps(results._json_safe(r)) + "\n" for r in records))
+    return tmp_path
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("method", None, "matmul field 'method' is None; the report needs a non-empty string"),
+    ("seconds", -1, "matmul field 'seconds' is -1; the report needs a finite number > 0"),
+    ("seconds", 1e400, "matmul field 'seconds' is None"),  # inf is written as null
+    ("size", 10**30, "matmul field 'size' is 1000000000000000000000000000000"),
+    ("telemetry", [], "matmul field 'telemetry' is []"),
+])
+def test_a_matmul_record_the_report_cannot_use_is_skipped_naming_line_and_field(
+        tmp_path, field, value, words):
+    records = _sweep(1.6)[:4]
+    records[2] = {**records[2], field: value}
+    with pytest.warns(UserWarning, match="results.jsonl:3: skipped"):
+        text = build_text(_lines_with(tmp_path, records))
+    assert f"results.jsonl:3: skipped: {words}" in text
+    assert "## Matrix multiplication" in text
+
+
+def test_a_matmul_record_whose_gflops_is_null_is_shown_without_it(tmp_path):
+    records = [{**matmul("gpu", "gpu", 1000, 0.01), "gflops": float("nan")},
+               matmul("gpu", "cpu", 1000, 0.1)]
+    row = table_rows(build_text(_lines_with(tmp_path, records)), "1000")[0]
+    assert row[1:] == ["0.1 s (20 GFLOP/s)", "0.01 s (– GFLOP/s)"]
+
+
+@pytest.mark.parametrize("field,value,path", [
+    ("model", None, "model"), ("dataset", [], "dataset"), ("epoch_seconds", -1, "epoch_seconds"),
+    ("epoch_seconds", [1.0, "x"], "epoch_seconds"), ("total_seconds", "12", "total_seconds"),
+    ("train_samples", 0, "train_samples"), ("jit_compile", "yes", "jit_compile"),
+    ("environment", {"hostname": 3}, "environment.hostname"),
+    ("telemetry", {"energy_joules": -5}, "telemetry.energy_joules"),
+    ("epoch_gpu_util_percent", {}, "epoch_gpu_util_percent"),
+    ("epoch_clock_event_reasons", [3], "epoch_clock_event_reasons"),
+])
+def test_a_train_record_the_report_cannot_use_is_skipped_and_the_rest_reported(
+        tmp_path, field, value, path):
+    bad = train("gpu", 50.0)
+    if field in ("environment", "telemetry"):
+        value = {**bad[field], **value}
+    records = [train("cpu", 100.0), {**bad, field: value}]
+    with pytest.warns(UserWarning, match="results.jsonl:2: skipped") as warned:
+        text = build_text(_lines_with(tmp_path, records))
+    assert f"results.jsonl:2: skipped: train field {path!r} " in str(warned[0].message)
+    assert str(warned[0].message) in text
+    assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
+
+
+def test_a_record_not_ok_keeps_its_row_whatever_its_measurements_say(tmp_path):
+    failed = {**train("gpu", 50.0), "status": "oom", "error": "ResourceExhaustedError: OOM",
+              "epoch_seconds": "x", "total_seconds": -1, "telemetry": "x"}
+    text = build_text(_lines_with(tmp_path, [train("cpu", 100.0), failed]))
+    assert cell(table_rows(text, "MNIST MLP h1000")[1], "total time") == "OOM"
+    assert "**oom** ResourceExhaustedError: OOM" in text
+
+
+def test_non_utf8_bytes_and_a_bom_cost_one_line_not_the_report(tmp_path):
+    good = [json.dumps(train("cpu", 100.0)).encode(), json.dumps(train("gpu", 50.0)).encode()]
+    (tmp_path / "results.jsonl").write_bytes(
+        results.BOM + good[0] + b"\n" + b'{"schema": 3, "env": "\xd4\xff"}\n' + good[1] + b"\n")
+    with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not UTF-8 text \(byte 0xd4"):
+        text = build_text(tmp_path)
+    assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu", "vm · gpu"]
+    assert "results.jsonl:2: skipped: not UTF-8" in text
+
+
+def test_results_jsonl_that_is_a_directory_is_named_and_the_jobs_still_listed(tmp_path):
+    (tmp_path / "results.jsonl").mkdir()
+    (tmp_path / "run.json").write_text(json.dumps({"jobs": [job("cpu", "Mnist_CNN", "ok")]}))
+    with pytest.warns(UserWarning, match="cannot read results from .*: it is a directory"):
+        text = build_text(tmp_path)
+    assert "it is a directory" in text and table_rows(text, tmp_path.name)
+
+
+# ---------------------------------------------------------------- a run always has a report
+
+@pytest.mark.parametrize("results_file", [None, ""])
+def test_a_run_that_recorded_nothing_gets_a_report_listing_every_job(tmp_path, results_file):
+    if results_file is not None:
+        (tmp_path / "results.jsonl").write_text(results_file)
+    jobs = [job("gpu", "Mnist_CNN", "failed", "GPUNotAvailableError: no GPU\nTraceback"),
+            job("gpu", "performanceTest", "skipped", "env 'gpu' is not set up"),
+            job("cpu", "Keras_Cifar_CNN", "running"), job("cpu", "Speed_Factors", "pending")]
+    (tmp_path / "run.json").write_text(json.dumps({"jobs": jobs}))
+    assert report.find_runs([str(tmp_path)]) == [tmp_path]
+    text = build_text(tmp_path)
+    assert "No results were recorded." in text
+    assert table_rows(text, tmp_path.name) == [
+        [tmp_path.name, "gpu", "Mnist_CNN", "failed", "GPUNotAvailableError: no GPU"],
+        [tmp_path.name, "gpu", "performanceTest", "skipped", "env 'gpu' is not set up"],
+        [tmp_path.name, "cpu", "Keras_Cifar_CNN", "running", report.JOB_WHY["running"]],
+        [tmp_path.name, "cpu", "Speed_Factors", "pending", "not started yet"]]
+
+
+def test_find_runs_takes_a_run_json_alone_and_refuses_a_folder_without_either(tmp_path,
+                                                                              monkeypatch):
+    (tmp_path / "runs" / "20260101T000000Z").mkdir(parents=True)
+    (tmp_path / "runs" / "20260101T000000Z" / "run.json").write_text('{"jobs": []}')
+    (tmp_path / "runs" / "empty").mkdir()
+    monkeypatch.setattr(results, "runs_dir", lambda: tmp_path / "runs")
+    monkeypatch.delenv("GPUBENCH_RUN_DIRS", raising=False)
+    assert report.find_runs() == [tmp_path / "runs" / "20260101T000000Z"]
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        report.find_runs([str(tmp_path / "runs" / "empty")])
+
+
+def test_a_report_of_a_live_run_says_which_jobs_are_still_running(tmp_path):
+    jobs = [job("cpu", "Mnist_MLP_h1000", "ok"), job("cpu", "Mnist_CNN", "running"),
+            job("gpu", "Mnist_CNN", "pending")]
+    text = build_text(write_run(tmp_path, [train("cpu", 10.0)], jobs))
+    assert ("> **This run has not finished** (running: cpu/Mnist_CNN; not started yet: "
+            "gpu/Mnist_CNN).") in text
+    assert f"gpubench run --resume {tmp_path}`" in text
+    assert "What went wrong" not in text  # running is not wrong
+    finished = build_text(write_run(tmp_path, [], [job("cpu", "Mnist_MLP_h1000", "ok")]))
+    assert "not finished" not in finished
+
+
+def test_two_processes_writing_reports_in_a_loop_never_fail(tmp_path):
+    script = ("import sys; from pathlib import Path; from gpubench import report\n"
+              "for i in range(150):\n"
+              "    report._write(Path(sys.argv[1]), f'report {i}', {})\n")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [w.communicate(timeout=120)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    assert (tmp_path / "report.md").read_text().startswith("report ")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
+def test_a_chart_that_cannot_be_drawn_costs_only_that_chart(tmp_path, monkeypatch):
+    write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)])
+
+    def cannot(self, *args, **kwargs):
+        raise ValueError("Axis limits cannot be NaN or Inf")
+
+    monkeypatch.setattr(Figure, "savefig", cannot)
+    with pytest.warns(UserWarning, match="chart epoch_times.png not drawn"):
+        text = build_text(tmp_path)
+    assert "_Chart epoch_times.png not drawn: Axis limits cannot be NaN or Inf._" in text
+    assert "![" not in text and table_rows(text, "MNIST MLP h1000")
+
+
+# ---------------------------------------------------------------- no framework for a report
+
+def test_gpubench_report_loads_neither_tensorflow_nor_jax(tmp_path):
+    write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0), train("jax-cpu", 60.0)]
+              + _sweep(1.6))
+    script = ("import sys; from gpubench import cli\n"
+              f"code = cli.main(['report', {str(tmp_path)!r}])\n"
+              "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'jax', "
+              "'keras', 'jaxlib'}))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "0 []"
+    assert "## Backends: TensorFlow vs JAX" in (tmp_path / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- fuzzing single fields
+
+def _fuzz_base() -> list[dict]:
+    """Valid records of every kind the report shows: a sweep, the book's table with telemetry,
+    two backends, Speed_Factors (one variant time-boxed) and scaling."""
+    return [*_sweep(1.6)[:4], matmul("gpu", "gpu", 500, 0.4, method="book", first_seconds=0.2),
+            matmul("gpu", "gpu", 500, 0.1, first_seconds=0.3, spec_peak_gflops=900.0),
+            train("cpu", 100.0, telemetry=_telemetry(cpu_util_percent_mean=196.0)),
+            _gpu_run(23.0, epoch_clock_event_reasons=[["sw_power_cap"]] * 15),
+            train("jax-cpu", 60.0, jit_compile=True),
+            _factor("baseline", [3.0, 1.0, 1.0, 1.0]),
+            _factor("batch_size", [2.0, 0.5, 0.5, 0.5], batch_size=1000),
+            _factor("precision", [9.0, 8.0, 8.0], precision="mixed_float16", time_boxed=True,
+                    steps_measured=4),
+            _factor("combined", [2.0, 0.5, 0.4], paired_baseline_seconds=[3.0, 1.0, 1.0]),
+            _scaling(1, 1000.0, 1.0, virtual_devices=2, devices=["cpu:0"]),
+            _scaling(2, 1500.0, 0.75, virtual_devices=2, epochs=3, train_samples=1000)]
+
+
+_BAD_VALUES = [None, -1, -0.5, 0, float("nan"), float("inf"), [], {}, "x", "", True, 1e308,
+               -1e308, 10**30, 2**53 + 1, [1, "x"], [None], [-1.0], {"a": []}, [[1]], "DELETE"]
+
+
+def _paths(record: dict) -> list[str]:
+    """Every field of `record`, and every field of its environment and telemetry objects."""
+    paths = [k for k in record if not k.startswith("_")]
+    for owner in ("environment", "telemetry"):
+        paths += [f"{owner}.{k}" for k in (record.get(owner) or {})]
+    return sorted(paths)
+
+
+def _mutated(record: dict, path: str, value) -> dict:
+    record = json.loads(json.dumps(record))  # a deep copy
+    owner, _, name = path.rpartition(".")
+    holder = record[owner] if owner else record
+    if value == "DELETE":
+        del holder[name]
+    else:
+        holder[name] = value
+    return record
+
+
+def test_any_single_field_mutation_is_reported_or_skipped_with_a_warning_never_raised(tmp_path):
+    import tempfile
+    import warnings
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = _fuzz_base()
+    clean, _ = report.compose([_lines_with(tmp_path, base)], draw=False)
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def one(data):
+        index = data.draw(st.integers(0, len(base) - 1), label="record")
+        path = data.draw(st.sampled_from(_paths(base[index])), label="field")
+        value = data.draw(st.sampled_from(_BAD_VALUES), label="value")
+        charts = data.draw(st.integers(1, 20), label="charts if 13") == 13  # the slow part
+        records = [*base[:index], _mutated(base[index], path, value), *base[index + 1:]]
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            text, _ = report.compose([_lines_with(Path(folder), records)], draw=charts)
+        skips = [str(w.message) for w in seen if "skipped" in str(w.message)]
+        assert all(f"results.jsonl:{index + 1}: skipped: " in s for s in skips), skips
+        assert text.startswith("# gpubench report")
+        assert all(s in text for s in skips)  # each skip is named in the report too
+
+    one()
+    assert "## Backends: TensorFlow vs JAX" in clean and "## Telemetry" in clean
+    assert "## Speed factors" in clean and "## Scaling" in clean and "What went wrong" not in clean
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore:Tight layout not applied",
+                            "ignore:chart .* not drawn")
+@pytest.mark.parametrize("path,value", [("seconds", 1e308), ("total_seconds", 1e308),
+                                        ("steady_epoch_seconds", 1e308), ("gflops", 1e308),
+                                        ("first_epoch_seconds", 1e-300)])
+def test_extreme_numbers_still_give_a_report_and_each_chart_or_why_not(tmp_path, path, value):
+    records = [train("cpu", 100.0), train("gpu", 70.0), *_sweep(1.6)[:4]]
+    records = [({**r, path: value} if path in r and r["status"] == "ok" else r) for r in records]
+    text = build_text(_lines_with(tmp_path, records))
+    assert "skipped" not in text and table_rows(text, "MNIST MLP h1000")
+    for name in ("epoch_times.png", "matmul_time.png", "matmul_gflops.png", "matmul_speedup.png"):
+        assert (tmp_path / name).exists() or f"_Chart {name} not drawn: " in text

@@ -117,7 +117,9 @@ def test_a_read_only_disk_says_so(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("line,reason", [
     ("{}", "lacks the field 'schema'"),
-    ('{"schema": 3}', "unknown schema version 3"),
+    ('{"schema": 99}', "unknown schema version 99"),
+    ('{"schema": "3"}', "unknown schema version '3'"),
+    ('{"schema": true}', "unknown schema version True"),
     ("[1, 2]", "JSON object, not list"),
     ('{"schema": 2, "benchmark": "matmul"}', "lacks the field 'run_id'"),
     ("SIZE500", "field 'size' has the wrong type: '500'"),
@@ -157,34 +159,83 @@ def test_missing_results_name_the_fix(tmp_path):
 
 
 def test_environment_snapshot_has_every_field():
-    import tensorflow as tf
+    from gpubench import backends
 
     snapshot = results.environment_snapshot()
-    assert set(results.ENVIRONMENT_FIELDS) <= set(snapshot)
+    assert set(results.ENVIRONMENT_FIELDS + results.ENVIRONMENT_FIELDS_3) <= set(snapshot)
     assert snapshot["python"] == platform.python_version()
-    assert snapshot["tensorflow"] == tf.__version__
-    assert snapshot["backend"] == "tensorflow"
+    assert snapshot["backend"] == backends.current().NAME
+    assert snapshot["backend_version"] == backends.current().version()
     assert snapshot["cpu_count"] >= 1 and snapshot["ram_gb"] > 0
     assert isinstance(snapshot["gpus"], list)
 
 
-def test_gpus_come_from_nvidia_smi(fake_command):
-    fake_command("nvidia-smi", 'echo "NVIDIA H200, 143771, 570.86.15"')
-    from gpubench import devices
+@pytest.fixture
+def fresh_snapshot():
+    """The environment snapshot taken anew (it is cached), and again after the test."""
+    from gpubench import machine
 
-    assert results._gpus(devices) == [
+    results._snapshot.cache_clear()
+    machine.facts.cache_clear()
+    yield
+    results._snapshot.cache_clear()
+    machine.facts.cache_clear()
+
+
+def test_gpus_come_from_nvidia_smi(fake_command, fresh_snapshot):
+    fake_command("nvidia-smi", 'echo "NVIDIA H200, 143771, 570.86.15"')
+    assert results.environment_snapshot()["gpus"] == [
         {"name": "NVIDIA H200", "memory_gb": 140.4, "driver": "570.86.15"}]
 
 
-def test_tf_env_vars_are_recorded(monkeypatch):
+def test_tf_env_vars_are_recorded(monkeypatch, fresh_snapshot):
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    results._snapshot.cache_clear()
-    try:
-        assert results.environment_snapshot()["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
-    finally:
-        results._snapshot.cache_clear()
+    assert results.environment_snapshot()["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
 def test_run_id_comes_from_the_runner(monkeypatch):
     monkeypatch.setenv("GPUBENCH_RUN_ID", "run-42")
     assert _record()["run_id"] == "run-42"
+
+
+def test_records_carry_their_backend_and_older_files_read_as_tensorflow(tmp_path):
+    record = _record(environment={k: None for k in results.ENVIRONMENT_FIELDS} | {"backend": "jax"})
+    assert record["backend"] == "jax" and record["schema"] == 3
+    old = {k: v for k, v in _record().items() if k not in ("backend", "telemetry")}
+    (tmp_path / "results.jsonl").write_text(
+        json.dumps(record) + "\n" + json.dumps({**old, "schema": 2}) + "\n")
+    new, older = results.read_records(tmp_path)
+    assert (new["backend"], older["backend"], older["telemetry"]) == ("jax", "tensorflow", None)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("benchmark", []), ("benchmark", {}), ("benchmark", None), ("status", []), ("status", {}),
+    ("environment", []), ("size", [500]), ("attempt", True)])
+def test_validate_raises_only_value_errors(field, value):
+    with pytest.raises(ValueError, match=repr(field) if field in ("size", "attempt", "environment")
+                       else "unknown"):
+        results.validate({**_record(), field: value})
+    with pytest.raises(ValueError, match="JSON object, not list"):
+        results.validate([])
+
+
+def test_lines_are_read_as_bytes_a_bad_byte_costs_one_line_and_a_bom_none(tmp_path):
+    good = json.dumps(_record()).encode()
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(results.BOM + good + b"\r\n" + good[:30] + b"\xd4\xff" + good[30:] + b"\n"
+                     + good + b"\n")
+    problems = []
+    with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not UTF-8 text \(byte 0xd4 "
+                                         r"at column 31\)"):
+        records = results.read_records(path, problems, origin=True)
+    assert [r["_origin"] for r in records] == [f"{path}:1", f"{path}:3"]
+    assert len(problems) == 1
+    with pytest.warns(UserWarning):
+        assert "_origin" not in results.read_records(tmp_path, [])[0]
+
+
+def test_a_results_file_that_is_a_directory_is_a_read_error_naming_it(tmp_path):
+    (tmp_path / "results.jsonl").mkdir()
+    with pytest.raises(results.ResultsPathError, match="cannot read results from .*results.jsonl"
+                                                       ".*: it is a directory"):
+        results.read_records(tmp_path)

@@ -1,4 +1,4 @@
-"""The runner's own cost: kernel start and papermill per notebook, against the same code run directly.
+"""The runner's own cost: kernel start and papermill per notebook, against the code run directly.
 
 For each notebook (quick profile, synthetic data), alternating for a few rounds:
 - papermill: `gpubench run`'s own job execution, the notebook in the gpubench-cpu kernel;
@@ -36,14 +36,14 @@ def via_runner(name: str, work: Path) -> float:
     """Wall time of the runner executing the notebook in the kernel, as `gpubench run` does."""
     job = runner.Job("cpu", name)
     work = Path(tempfile.mkdtemp(dir=work))  # a fresh results.jsonl: the job's records are checked
-    runner.execute(job, work, MANIFEST)
+    runner.execute(job, work, dict(MANIFEST), [job])  # claims its attempt in work/run.json
     if job.status != "ok":
         raise SystemExit(f"{name} failed under the runner: {job.error}")
     return job.seconds
 
 
 def as_script(name: str, work: Path) -> str:
-    """The notebook's code cells as one script, the runner's parameters set after the parameters cell."""
+    """The notebook's code cells as one script, the runner's parameters after its parameters."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     params = runner.job_parameters(runner.Job("cpu", name), work, MANIFEST)
     lines = ["from IPython.display import display"]
@@ -107,7 +107,8 @@ def main() -> None:
             totals["direct"] += dr
             print(f"{name:<18} {pm:>8.1f} s {dr:>8.1f} s {pm - dr:>+8.1f} s")
         pm, dr = totals["papermill"], totals["direct"]
-        print(f"{'all':<18} {pm:>8.1f} s {dr:>8.1f} s {pm - dr:>+8.1f} s ({100 * (pm / dr - 1):+.0f}%)")
+        share = f"{100 * (pm / dr - 1):+.0f}%"
+        print(f"{'all':<18} {pm:>8.1f} s {dr:>8.1f} s {pm - dr:>+8.1f} s ({share})")
 
 
 if __name__ == "__main__":

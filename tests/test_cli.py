@@ -7,9 +7,11 @@ import errno
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -98,12 +100,58 @@ def test_p_with_resume_is_refused(capsys, tmp_path):
 
 # ---- run.json, --out and the disk
 
-@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"jobs": [{"envv": "cpu"}]}'])
+@pytest.mark.parametrize("text", ["", "{not json"])
 def test_empty_or_damaged_run_json_names_the_file(capsys, tmp_path, text):
     (tmp_path / "run.json").write_text(text)
     code, _, err = _main(capsys, "run", "--resume", str(tmp_path))
     assert code == 2 and f"{tmp_path / 'run.json'} is empty or damaged" in err
-    assert "Traceback" not in err
+    assert "start a new run with `gpubench run`" in err and "Traceback" not in err
+
+
+GOOD_JOB = {"env": "cpu", "notebook": "performanceTest", "status": "pending", "attempt": 0}
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"profile": "fast"}, "profile is 'fast'"),
+    ({"schema": 9}, "schema is 9"),
+    ({"run_id": ""}, "run_id is ''"),
+    ({"params": []}, "params is []"),
+    ({"params": {"*": {"sizes": [0]}}}, "sizes"),
+    ({"params": {"Mnist_RNN": {"epochs": 1}}}, "Mnist_RNN"),
+    ({"jobs": []}, "jobs is []"),
+    ({"jobs": [{**GOOD_JOB, "attempt": "one"}]}, "jobs[0].attempt is 'one'"),
+    ({"jobs": [{**GOOD_JOB, "attempt": True}]}, "jobs[0].attempt is true"),
+    ({"jobs": [{**GOOD_JOB, "attempt": -1}]}, "jobs[0].attempt is -1"),
+    ({"jobs": [{**GOOD_JOB, "status": "done"}]}, "jobs[0].status is 'done'"),
+    ({"jobs": [{**GOOD_JOB, "notebook": "Mnist_RNN"}]}, "jobs[0].notebook is 'Mnist_RNN'"),
+    ({"jobs": [{"envv": "cpu", "notebook": "performanceTest"}]}, "jobs[0].envv"),
+    ({"jobs": ["cpu"]}, "jobs[0] is "),
+    ({"envs": {"cpu": {"how": "ssh", "kernel": "x"}}}, "envs.cpu.how is 'ssh'"),
+    ({"envs": {"cpu": {"how": "here", "python": None}}}, "envs.cpu.python is null"),
+    ({"envs": {"cpu": {"how": "here", "python": "/gone/bin/python"}}},
+     "envs.cpu.python '/gone/bin/python' no longer exists"),
+    ({"envs": {"cpu": {"how": "kernel", "kernel": "gone-kernel"}}},
+     "envs.cpu.kernel 'gone-kernel' is no longer a Jupyter kernel"),
+])
+def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, change, field):
+    """A run.json from an older gpubench or a hand edit: exit 2 naming the field, before any
+    kernel, and saying to start a new run."""
+    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = _run_dir(tmp_path / "r")
+    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
+    (run_dir / runner.MANIFEST).write_text(json.dumps({**manifest, **change}))
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and field in err, err
+    assert "start a new run with `gpubench run`" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_resume_of_a_missing_notebook_names_it(capsys, tmp_path, monkeypatch):
+    """A run dir made when a notebook existed that no longer does."""
+    (tmp_path / "nb").mkdir()
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: tmp_path / "nb")
+    code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
+    assert code == 2 and "performanceTest missing from" in err and "start a new run" in err
 
 
 def test_read_only_out_is_a_clear_error(capsys, tmp_path, monkeypatch):
@@ -144,9 +192,32 @@ def test_report_on_a_full_disk_is_a_clear_error(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(report, "find_runs", lambda dirs: [Path(d) for d in dirs])
     code, _, err = _main(capsys, "report", str(tmp_path))
     assert code == 2 and f"cannot write {tmp_path / 'report.md'}: the disk is full" in err
-    (tmp_path / "results.jsonl").write_text("")
-    with pytest.raises(OSError):  # the run's summary is printed first; the CLI says the error
-        runner._finish_report(tmp_path)
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "RUN/report.md"),
+    "report_write_error", FileNotFoundError("no results at 'RUN/results.jsonl'")])
+def test_a_run_whose_report_fails_says_how_to_write_it_later(capsys, tmp_path, monkeypatch,
+                                                               error):
+    """The report is built even with no record; when it fails, the run says so and names
+    `gpubench report RUN_DIR`, never --out (which would start a new run)."""
+    from gpubench import report
+
+    if error == "report_write_error":
+        error = report.ReportWriteError("cannot write the report to 'RUN': the disk is full; "
+                                        "free some space or pass --out with a writable folder")
+    calls = []
+
+    def build(run_dirs, out=None):
+        calls.append(run_dirs)
+        raise error
+
+    monkeypatch.setattr(report, "build", build)
+    assert not (tmp_path / "results.jsonl").exists()
+    assert runner._finish_report(tmp_path) is False and calls == [[tmp_path]]
+    err = capsys.readouterr().err
+    assert f"`gpubench report {tmp_path}`" in err and "--out" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 # ---- one process per run directory
@@ -180,10 +251,12 @@ def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
     run_dir = tmp_path / "r"
     first, second = runner.contextlib.ExitStack(), runner.contextlib.ExitStack()
     with first, second:
-        runner.new_run(str(run_dir), "quick", ["cpu"], ["performanceTest"], {}, first)
+        targets = {"cpu": runner.Target(kernel="gpubench-cpu")}
+        runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
         monkeypatch.setattr(runner, "check_new_out", lambda path: None)  # it looked too early
-        with pytest.raises(runner.UsageError, match=f"in use by another gpubench run \\(PID {os.getpid()}\\)"):
-            runner.new_run(str(run_dir), "quick", ["cpu"], ["performanceTest"], {}, second)
+        with pytest.raises(runner.UsageError,
+                           match=f"in use by another gpubench run \\(PID {os.getpid()}\\)"):
+            runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
 
 
 # ---- a job: attempt, records on disk, errors
@@ -201,10 +274,15 @@ def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
     async def launch(self, kernel_cmd, **kw):
         seen.append({**kw["env"], "manager": type(self).__name__})
 
-    def execute_notebook(source, output, parameters, kernel_manager_class, **kwargs):
-        asyncio.run(kernel_manager_class()._async_launch_kernel(["python"], env={"FROM_SPEC": "1"}))
+    def execute_notebook(source, output, parameters, kernel_manager_class, kernel_name, **kwargs):
+        manager = kernel_manager_class(kernel_name=kernel_name)
+        asyncio.run(manager._async_launch_kernel(["python"], env={"FROM_SPEC": "1"}))
+        seen[-1].update(kernel=kernel_name, argv=manager.kernel_spec.argv, params=parameters,
+                        claimed=json.loads((Path(parameters["results_path"]).parent
+                                            / runner.MANIFEST).read_text())["jobs"])
         if write is not None:
-            write(parameters["results_path"], int(seen[-1]["GPUBENCH_ATTEMPT"]))
+            write(parameters["results_path"], int(seen[-1]["GPUBENCH_ATTEMPT"]),
+                  parameters["env_name"])
         if raise_error is not None:
             raise raise_error
 
@@ -213,9 +291,9 @@ def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
     return seen
 
 
-def _record(path: str, attempt: int, notebook: str = "performanceTest") -> None:
+def _record(path: str, attempt: int, env: str = "cpu", notebook: str = "performanceTest") -> None:
     """Append a valid matmul record of `attempt` (attempt 0: none of the runner's)."""
-    record = results.make_record("matmul", notebook=notebook, env="cpu", device="cpu",
+    record = results.make_record("matmul", notebook=notebook, env=env, device="cpu",
                                  environment=dict.fromkeys(results.ENVIRONMENT_FIELDS), size=64,
                                  dtype="float32", method="book",
                                  seconds=0.1, seconds_min=0.1, seconds_max=0.1, repeats=1, gflops=1.0)
@@ -224,34 +302,46 @@ def _record(path: str, attempt: int, notebook: str = "performanceTest") -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+MANIFEST = {"run_id": "r1", "profile": "quick", "params": {}}
+
+
+def _execute(job: runner.Job, run_dir: Path, manifest: dict | None = None) -> None:
+    runner.execute(job, run_dir, dict(manifest or MANIFEST), [job])
+
+
 def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, monkeypatch):
     seen = _fake_papermill(monkeypatch, write=_record)
-    job, manifest = runner.Job("cpu", "performanceTest"), {"run_id": "r1", "profile": "quick", "params": {}}
+    job = runner.Job("cpu", "performanceTest")
     for attempt in (1, 2):
-        runner.execute(job, tmp_path, manifest)
+        _execute(job, tmp_path)
         assert (job.status, job.attempt) == ("ok", attempt)
     assert [s["GPUBENCH_ATTEMPT"] for s in seen] == ["1", "2"] and seen[0]["GPUBENCH_RUN_ID"] == "r1"
+    # claimed in run.json before papermill started: attempt and "running" on disk
+    assert [(s["claimed"][0]["status"], s["claimed"][0]["attempt"]) for s in seen] == [
+        ("running", 1), ("running", 2)]
+    assert seen[0]["kernel"] == "gpubench-cpu"
     assert seen[0]["NO_COLOR"] == "1" and seen[0]["FROM_SPEC"] == "1"  # added to the kernel's own
     assert "GPUBENCH_ATTEMPT" not in os.environ and seen[0]["manager"] == "RunnerKernelManager"
 
 
 def test_a_notebook_without_records_on_disk_fails(tmp_path, monkeypatch):
-    _fake_papermill(monkeypatch, write=lambda path, attempt: _record(path, attempt - 1))
+    _fake_papermill(monkeypatch, write=lambda path, attempt, env: _record(path, attempt - 1))
     job = runner.Job("cpu", "performanceTest", attempt=1)
-    runner.execute(job, tmp_path, {"run_id": "r1", "profile": "quick", "params": {}})
+    _execute(job, tmp_path)
     assert job.status == "failed" and job.attempt == 2
     assert "holds no readable record of it (attempt 2)" in job.error
 
 
 def test_a_cut_off_record_does_not_count(tmp_path, monkeypatch):
-    def cut(path, attempt):
+    def cut(path, attempt, env):
         with open(path, "a") as fh:
             fh.write('{"env": "cpu", "notebook": "performanceTest", "attem')
 
     _fake_papermill(monkeypatch, write=cut)
     job = runner.Job("cpu", "performanceTest")
-    with pytest.warns(UserWarning):
-        runner.execute(job, tmp_path, {"run_id": "r1", "profile": "quick", "params": {}})
+    with warnings.catch_warnings():  # the report warns of a skipped line, once; the job does not
+        warnings.simplefilter("error")
+        _execute(job, tmp_path)
     assert job.status == "failed"
 
 
@@ -263,7 +353,7 @@ def test_a_full_disk_in_the_notebook_fails_the_job_saying_so(tmp_path, monkeypat
     _fake_papermill(monkeypatch, raise_error=papermill.PapermillExecutionError(
         3, 1, "store.append(record)", "ResultsWriteError", store_error, []))
     job = runner.Job("cpu", "performanceTest")
-    runner.execute(job, tmp_path, {"run_id": "r1", "profile": "quick", "params": {}})
+    _execute(job, tmp_path)
     assert job.status == "failed" and "the disk is full" in job.error
     assert f"{tmp_path}/results.jsonl" in job.error
 
@@ -323,7 +413,8 @@ def test_report_help_says_what_it_reads_and_writes():
     ("full", ["Multi_GPU_Scaling"], {"virtual_devices": 2})])
 def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path):
     job = runner.Job("cpu", "Multi_GPU_Scaling")
-    runner._mark_unavailable([job], {"profile": profile, "named": named})
+    targets = {"cpu": runner.Target(kernel="gpubench-cpu", devices=["cpu"])}
+    runner._mark_unavailable([job], {"profile": profile, "named": named}, targets, {})
     assert job.extra == expected
     assert job.status == ("skipped" if expected is None else "pending")
     if expected:
@@ -333,3 +424,377 @@ def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path)
         assert runner.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 4
     else:
         assert "needs 2 or more GPUs" in job.error
+
+
+# ---- where the notebooks run: --here, --kernel, the envs set up
+
+def _fake_probe(monkeypatch, backend="tensorflow", seen=("cpu",), tensorflow=True,
+                diagnosis=None, error=None) -> list[tuple]:
+    """envs.probe_python replaced: what `PYTHON -m gpubench doctor --json` would say."""
+    calls: list[tuple] = []
+
+    def probe(argv, env=None, timeout=120):
+        calls.append((list(argv), dict(env or {})))
+        if error:
+            return {"error": error}
+        return {"backend": backend, "devices": list(seen), "tensorflow_importable": tensorflow,
+                "diagnosis": diagnosis, "env": "ignored", "error": None}
+
+    monkeypatch.setattr(envs, "probe_python", probe)
+    return calls
+
+
+@pytest.fixture
+def no_report(monkeypatch):
+    """report.build replaced by a stub that writes report.md (the report has tests of its own)."""
+    from gpubench import report
+
+    def build(run_dirs, out=None):
+        path = Path(run_dirs[0]) / "report.md"
+        path.write_text("report\n")
+        return path
+
+    monkeypatch.setattr(report, "build", build)
+
+
+def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_report):
+    """--here: a kernel spec made on the fly for sys.executable, the label from the probe,
+    KERAS_BACKEND and this gpubench given to the kernel, and run.json saying how it was reached."""
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    probes = _fake_probe(monkeypatch, backend="jax", tensorflow=False)
+    seen = _fake_papermill(monkeypatch, write=_record)
+    out = tmp_path / "r"
+    code, stdout, _ = _main(capsys, "run", "--here", "--profile", "quick", "--notebooks",
+                            "performanceTest", "--out", str(out))
+    assert code == 0, stdout
+    assert probes[0][0] == [sys.executable]
+    assert seen[0]["kernel"] == runner.HERE_KERNEL
+    assert seen[0]["argv"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    assert seen[0]["KERAS_BACKEND"] == "jax" and seen[0]["params"]["env_name"] == "jax-cpu"
+    assert str(REPO) in seen[0]["PYTHONPATH"].split(os.pathsep)
+    manifest = json.loads((out / runner.MANIFEST).read_text())
+    assert manifest["schema"] == runner.MANIFEST_SCHEMA
+    assert manifest["envs"]["jax-cpu"] == {
+        "how": "here", "kernel": None, "python": sys.executable, "backend": "jax",
+        "devices": ["cpu"], "tensorflow_importable": False, "diagnosis": None}
+    assert [(j["env"], j["status"], j["attempt"]) for j in manifest["jobs"]] == [
+        ("jax-cpu", "ok", 1)]
+    # --resume reaches the env the same way, without probing again
+    manifest["jobs"][0]["status"] = "failed"
+    (out / runner.MANIFEST).write_text(json.dumps(manifest))
+    code, _, _ = _main(capsys, "run", "--resume", str(out))
+    assert code == 0 and len(probes) == 1 and seen[1]["kernel"] == runner.HERE_KERNEL
+    assert seen[1]["GPUBENCH_ATTEMPT"] == "2"
+
+
+@pytest.mark.parametrize("module", ["ipykernel", "keras", "papermill"])
+def test_here_without_a_package_names_it(capsys, tmp_path, monkeypatch, module):
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(runner.importlib.util, "find_spec",
+                        lambda name, *a: None if name == module else real(name, *a))
+    monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
+    code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
+    assert code == 2 and f"{module} is not installed in {sys.executable}" in err
+    assert f"pip install {module}" in err and "make setup" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_here_in_a_python_that_cannot_run_gpubench(capsys, tmp_path, monkeypatch):
+    _fake_probe(monkeypatch, error="TensorFlow is not installed in /x/python")
+    code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
+    assert code == 2 and "--here" in err and "TensorFlow is not installed in /x/python" in err
+    assert not (tmp_path / "r").exists()
+
+
+def _kernel(tmp_path, monkeypatch, name: str, **spec) -> Path:
+    """Register kernel `name` (running this Python) on a temporary JUPYTER_PATH."""
+    folder = tmp_path / "jupyter" / "kernels" / name
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": name, "language": "python", **spec}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return folder
+
+
+def test_kernel_runs_in_an_existing_kernel_labelled_by_its_probe(capsys, tmp_path, monkeypatch,
+                                                                 no_report):
+    _kernel(tmp_path, monkeypatch, "my-jax", env={"KERAS_BACKEND": "jax", "MINE": "1"})
+    probes = _fake_probe(monkeypatch, backend="jax", tensorflow=False)
+    seen = _fake_papermill(monkeypatch, write=_record)
+    out = tmp_path / "r"
+    code, stdout, _ = _main(capsys, "run", "--kernel", "my-jax", "--profile", "quick",
+                            "--notebooks", "performanceTest", "--out", str(out))
+    assert code == 0, stdout
+    argv, env = probes[0]
+    assert argv == [sys.executable] and env["KERAS_BACKEND"] == "jax" and env["MINE"] == "1"
+    assert seen[0]["kernel"] == "my-jax" and seen[0]["params"]["env_name"] == "jax-cpu"
+    target = json.loads((out / runner.MANIFEST).read_text())["envs"]["jax-cpu"]
+    assert (target["how"], target["kernel"], target["python"]) == ("kernel", "my-jax",
+                                                                  sys.executable)
+
+
+def test_kernel_that_does_not_exist_lists_those_that_do(capsys, tmp_path, monkeypatch):
+    _kernel(tmp_path, monkeypatch, "mine")
+    code, _, err = _main(capsys, "run", "--kernel", "nope", "--out", str(tmp_path / "r"))
+    assert code == 2 and "--kernel 'nope': no such Jupyter kernel" in err
+    assert "mine" in err and "gpubench-cpu" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv", [["--here", "--envs", "cpu"], ["--here", "--kernel", "x"],
+                                  ["--envs", "cpu", "--kernel", "x"]])
+def test_here_kernel_and_envs_exclude_each_other(capsys, argv):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", *argv])
+    assert stop.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--here"], ["--kernel", "x"], ["--envs", "cpu"]])
+def test_resume_reaches_the_envs_it_started_with(capsys, tmp_path, option):
+    code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")), *option)
+    assert code == 2 and f"{option[0]} goes with a new run" in err
+
+
+@pytest.mark.parametrize("value,words", [("torch", "PyTorch is not supported yet"),
+                                         ("tensorfloww", "unknown Keras backend")])
+@pytest.mark.parametrize("how", ["envs", "here", "kernel", "doctor"])
+def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, value, words, how):
+    monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
+    argv = {"envs": ["run", "--envs", "cpu"], "here": ["run", "--here"],
+            "kernel": ["run", "--kernel", "k"], "doctor": ["doctor"]}[how]
+    if how == "kernel":
+        _kernel(tmp_path, monkeypatch, "k", env={"KERAS_BACKEND": value})
+    else:
+        monkeypatch.setenv("KERAS_BACKEND", value)
+    out = ["--out", str(tmp_path / "r")] if how != "doctor" else []
+    code, _, err = _main(capsys, *argv, *out)
+    assert code == 2 and f"KERAS_BACKEND={value!r}: {words}" in err and "tensorflow, jax" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report):
+    """No gpu job where no gpu env was set up; no env set up at all is a usage error."""
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    seen = _fake_papermill(monkeypatch, write=_record)
+    code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
+                            "performanceTest", "--out", str(tmp_path / "r"))
+    jobs = json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]
+    assert code == 0 and sorted(j["env"] for j in jobs) == sorted(envs.kernel_specs())
+    assert "SKIPPED" not in stdout and len(seen) == len(jobs)
+    monkeypatch.setattr(envs, "kernel_specs", dict)
+    code, _, err = _main(capsys, "run", "--out", str(tmp_path / "r2"))
+    assert code == 2 and "no env is set up" in err and "make setup" in err and "--here" in err
+
+
+def test_envs_gpu_on_a_machine_without_a_gpu_exits_2(capsys, tmp_path, monkeypatch):
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}/usr/bin:/bin")  # no nvidia-smi
+    code, _, err = _main(capsys, *QUICK[:3], "--envs", "gpu", "--out", str(tmp_path / "r"))
+    assert code == 2 and "--envs gpu: this machine has no NVIDIA GPU (nvidia-smi not found)" in err
+    assert "make setup GPU=1" not in err and not (tmp_path / "r").exists()
+
+
+def test_a_gpu_env_that_sees_no_gpu(capsys, tmp_path, monkeypatch, no_report):
+    """Named: exit 2 with the diagnosis, before anything. By default: its jobs fail with it, the
+    others run, and the report is written."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    cpu = KernelSpecManager().get_kernel_spec("gpubench-cpu")
+    _kernel(tmp_path, monkeypatch, "gpubench-gpu", env={"PYTHONPATH": str(REPO)})
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join([str(tmp_path / "jupyter"),
+                                                        str(Path(cpu.resource_dir).parents[1])]))
+    _fake_probe(monkeypatch, diagnosis="Diagnosis: the driver is broken.\nFix: reinstall it.")
+    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    code, _, err = _main(capsys, *QUICK[:3], "--envs", "gpu", "--out", str(tmp_path / "r"))
+    assert code == 2 and "--envs gpu: tensorflow in this env sees no GPU" in err
+    assert "Diagnosis: the driver is broken. Fix: reinstall it." in err
+    assert not (tmp_path / "r").exists()
+    monkeypatch.undo()  # the real execute again, with a fake papermill
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    _kernel(tmp_path / "2", monkeypatch, "gpubench-gpu", env={"PYTHONPATH": str(REPO)})
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join([str(tmp_path / "2" / "jupyter"),
+                                                        str(Path(cpu.resource_dir).parents[1])]))
+    _fake_probe(monkeypatch, diagnosis="Diagnosis: the driver is broken.")
+    seen = _fake_papermill(monkeypatch, write=_record)
+    from gpubench import report
+
+    monkeypatch.setattr(report, "build", lambda dirs, out=None: Path(dirs[0]) / "report.md")
+    code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
+                            "performanceTest", "--out", str(tmp_path / "r"))
+    jobs = {j["env"]: j for j in json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]}
+    assert code == 1 and jobs["gpu"]["status"] == "failed" and jobs["cpu"]["status"] == "ok"
+    assert "FAILED env gpu: Diagnosis: the driver is broken." in stdout and len(seen) == 1
+
+
+@pytest.mark.parametrize("item", ["device=gpu", "Mnist_CNN:device=/GPU:0",
+                                  'performanceTest:devices=["cpu","gpu:1"]'])
+def test_a_gpu_the_env_does_not_have_exits_2(capsys, tmp_path, monkeypatch, item):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    code, _, err = _main(capsys, "run", "--envs", "cpu", "--notebooks",
+                         "performanceTest,Mnist_CNN", "--out", str(tmp_path / "r"), "-p", item)
+    name = item.split(":", 1)[-1].split("=")[0] if ":" in item.split("=")[0] else "device"
+    assert code == 2 and f"-p {name}=" in err and "env cpu has no GPU" in err, err
+    assert "tensorflow there sees cpu" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(not hasattr(__import__("gpubench.notebook").notebook, "check_for_backend"),
+                    reason="gpubench.notebook.check_for_backend is not written yet")
+def test_tf_data_where_tensorflow_cannot_be_imported_exits_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    _fake_probe(monkeypatch, backend="jax", tensorflow=False)
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    code, _, err = _main(capsys, "run", "--here", "--notebooks", "Speed_Factors", "--out",
+                         str(tmp_path / "r"), "-p", 'input_pipelines=["arrays","tf.data"]')
+    assert code == 2 and "tf.data" in err and "Speed_Factors" in err and "jax-cpu" in err
+    assert "tensorflow" in err and not (tmp_path / "r").exists()
+
+
+# ---- attempts claimed before they run
+
+def test_a_resumed_crash_runs_a_higher_attempt_and_needs_its_own_records(capsys, tmp_path,
+                                                                         monkeypatch, no_report):
+    """run.json of a runner killed mid-job: "running", attempt 1, with attempt-1 records on
+    disk. The resume runs attempt 2; a notebook that writes nothing is not ok."""
+    run_dir = _run_dir(tmp_path / "r", [{**GOOD_JOB, "status": "running", "attempt": 1}])
+    _record(str(run_dir / "results.jsonl"), 1)
+    seen = _fake_papermill(monkeypatch)  # writes no record
+    code, _, _ = _main(capsys, "run", "--resume", str(run_dir))
+    job = json.loads((run_dir / runner.MANIFEST).read_text())["jobs"][0]
+    assert seen[0]["GPUBENCH_ATTEMPT"] == "2" and seen[0]["claimed"][0]["status"] == "running"
+    assert code == 1 and (job["status"], job["attempt"]) == ("failed", 2)
+    assert "attempt 2" in job["error"]
+
+
+def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypatch):
+    run_dir = _run_dir(tmp_path / "r")
+    real_write_text = Path.write_text
+    monkeypatch.setattr(runner, "_finish_report", lambda d: pytest.fail("reported"))
+
+    def full(self, *args, **kwargs):
+        if self.name == runner.MANIFEST + ".tmp":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real_write_text(self, *args, **kwargs)
+
+    seen = _fake_papermill(monkeypatch)
+    monkeypatch.setattr(Path, "write_text", full)
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and f"cannot write {run_dir / 'run.json'}: the disk is full" in err
+    assert seen == []  # no kernel for an attempt that is not on disk
+    assert json.loads((run_dir / runner.MANIFEST).read_text())["jobs"][0].get("attempt", 0) == 0
+
+
+# ---- Ctrl-C anywhere: exit 130, one line
+
+@pytest.mark.parametrize("command", ["report", "envs", "doctor", "setup"])
+def test_ctrl_c_in_any_command_is_one_line(capsys, monkeypatch, command):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli._COMMANDS, command, interrupted)
+    code, out, err = _main(capsys, command, *(["x"] if command == "report" else []))
+    assert code == 130 and err == f"gpubench {command}: interrupted by Ctrl-C\n" and out == ""
+
+
+def test_ctrl_c_before_the_run_directory_exists(capsys, tmp_path, monkeypatch):
+    def probe(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the run's own handler is installed by now
+        time.sleep(1)
+        pytest.fail("not interrupted")
+
+    monkeypatch.setattr(envs, "probe_python", probe)
+    code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
+    assert code == 130 and err == "gpubench run: interrupted by Ctrl-C\n"
+    assert not (tmp_path / "r").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_ctrl_c_before_the_first_notebook_says_how_to_resume(capsys, tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_mark_unavailable", interrupted)
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
+    assert code == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"Finish the run with: gpubench run --resume {tmp_path / 'r'}" in err
+
+
+# ---- messages name the operation and the path
+
+def test_a_full_disk_at_the_start_names_the_lock_file(capsys, tmp_path, monkeypatch):
+    real_write = os.write
+
+    def full(fd, data):
+        if data == f"{os.getpid()}\n".encode():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
+    assert code == 2 and f"cannot write {tmp_path / 'r' / 'run.lock'}: the disk is full" in err
+
+
+@pytest.mark.parametrize("error,words", [
+    (IsADirectoryError(errno.EISDIR, "Is a directory", "RUN/results.jsonl"),
+     "RUN/results.jsonl is a folder, where gpubench expects a file"),
+    (PermissionError(errno.EACCES, "Permission denied", "RUN/results.jsonl"),
+     "RUN/results.jsonl: Permission denied"),
+    (OSError(errno.EROFS, os.strerror(errno.EROFS), "RUN/report.md"),
+     "cannot write RUN/report.md: the file system is read-only")])
+def test_an_os_error_names_the_path_and_the_operation(capsys, monkeypatch, error, words):
+    def fail(args):
+        raise error
+
+    monkeypatch.setitem(cli._COMMANDS, "report", fail)
+    code, _, err = _main(capsys, "report", "RUN")
+    assert code == 2 and words in err
+    if error.errno != errno.EROFS:
+        assert "cannot write" not in err and "free some space" not in err
+
+
+@pytest.mark.parametrize("module,words", [
+    ("tensorflow", "TensorFlow is not installed in"), ("keras", "Keras is not installed in"),
+    ("jax", "make setup BACKENDS=tensorflow,jax")])
+def test_a_missing_framework_says_which_env_to_use(capsys, monkeypatch, module, words):
+    def fail(args):
+        raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+
+    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    code, _, err = _main(capsys, "doctor")
+    assert code == 2 and words in err and sys.executable in err
+    assert "make setup" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_gpubench_module_is_a_bug_not_a_missing_package(monkeypatch):
+    def fail(args):
+        raise ModuleNotFoundError("No module named 'gpubench.gone'", name="gpubench.gone")
+
+    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["doctor"])
+
+
+def test_doctor_json_prints_one_json_document_only(capsys, monkeypatch):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    code, out, _ = _main(capsys, "doctor", "--json")
+    found = json.loads(out)  # nothing before or after it
+    assert code == 0 and found["devices"][0] == "cpu" and found["env"]
+    assert found["tensorflow_importable"] is True and found["backend"] == "tensorflow"
+    assert set(results.ENVIRONMENT_FIELDS) <= set(found)
+    assert ("diagnosis" in found) == (len(found["devices"]) == 1)
+    if "diagnosis" in found:
+        assert _main(capsys, "doctor", "--json", "--gpu")[0] == 1
+
+
+def test_a_run_that_records_nothing_still_has_a_report(capsys, tmp_path, monkeypatch):
+    """No results.jsonl at all: the runner still builds report.md, and it lists the job."""
+    run_dir = _run_dir(tmp_path / "r")
+    _fake_papermill(monkeypatch)  # the notebook "ends" without a record
+    code, stdout, _ = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 1 and not (run_dir / "results.jsonl").exists()
+    assert f"Report: {run_dir / 'report.md'}" in stdout
+    report = (run_dir / "report.md").read_text()
+    assert "performanceTest" in report and "failed" in report

@@ -1,29 +1,45 @@
 # gpubench: the two commands are `make run` and `make test` (see README.md).
-#   make run    [PROFILE=full|quick] [ENVS=cpu,gpu] [GPU=1]   set up what is missing, run everything, write the report
-#   make quick                                                the same with the quick profile
-#   make test                                                 set up what is missing, then the whole test suite
-#   make setup  [GPU=1]                                       create the envs (conda, or a .venv) and register kernels
-#   make lab                                                  JupyterLab on notebooks/ with the env kernels
+#   make run    [PROFILE=full|quick] [ENVS=cpu,gpu,jax-cpu,jax-gpu] [GPU=1]
+#                                        set up what is missing, run everything, write the report
+#   make quick                           the same with the quick profile
+#   make test                            set up the TensorFlow and JAX CPU envs, then lint and
+#                                        the whole test suite
+#   make check                           the fast unit tests (no notebook runs, no training)
+#   make lint                            ruff, as configured in pyproject.toml
+#   make nbval                           the stored notebooks checked by nbval (lax, quick profile)
+#   make setup  [GPU=1] [BACKENDS=tensorflow,jax]
+#                                        create the envs (conda, or venvs) and register kernels
+#   make lab    [ARGS="--port 8890 --no-browser"]
+#                                        JupyterLab on notebooks/ with the env kernels
 
 SHELL := /bin/bash
 PYTHON ?= python3
 PROFILE ?= full
 ENVS ?=
 GPU ?=
+# Keras backends to set up envs for: tensorflow (the book's), jax, or both.
+BACKENDS ?= tensorflow
 PYTEST_ARGS ?=
+ARGS ?=
+
+comma := ,
+# Naming a JAX env in ENVS sets up the JAX envs too.
+SETUP_BACKENDS = $(BACKENDS)$(if $(and $(findstring jax,$(ENVS)),$(if $(findstring jax,$(BACKENDS)),,x)),$(comma)jax)
 
 # This checkout's kernels (registered by setup in .jupyter/kernels) come first, ahead of
 # the --user ones that another clone's setup may have repointed.
 export JUPYTER_PATH := $(CURDIR)/.jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
 
-# The Python that drives papermill and pytest: the gpubench-cpu conda env, else .venv.
-# Recursively expanded, so it is computed after `setup` has run.
+# The Python that drives papermill and pytest: the gpubench-cpu env's (conda or .venv), else
+# the JAX CPU env's. Recursively expanded, so it is computed after `setup` has run.
 DRIVER = $(shell $(PYTHON) -m gpubench envs --driver)
+# The JAX CPU env's Python: the tests marked `jax` run there, with no TensorFlow.
+JAX_DRIVER = $(shell $(PYTHON) -m gpubench envs --driver jax-cpu)
 
-.PHONY: run quick test setup lab
+.PHONY: run quick test check lint nbval setup lab
 
 setup:
-	$(PYTHON) -m gpubench setup $(if $(GPU),--gpu)
+	$(PYTHON) -m gpubench setup$(if $(GPU), --gpu) --backends $(SETUP_BACKENDS)
 
 run: setup
 	$(DRIVER) -m gpubench run --profile $(PROFILE) $(if $(ENVS),--envs $(ENVS))
@@ -31,8 +47,22 @@ run: setup
 quick:
 	$(MAKE) run PROFILE=quick
 
+# The whole suite runs in the TensorFlow CPU env and also checks the JAX CPU env.
+test: BACKENDS = tensorflow,jax
 test: setup
-	$(DRIVER) -m pytest $(PYTEST_ARGS)
+	$(DRIVER) -m ruff check .
+	$(DRIVER) -m pytest -m "not jax" $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(JAX_DRIVER) -m pytest -m jax $(PYTEST_ARGS)
+
+check: setup
+	$(DRIVER) -m pytest -m "not slow and not jax" $(PYTEST_ARGS)
+
+lint: setup
+	$(DRIVER) -m ruff check .
+
+nbval: setup
+	GPUBENCH_PROFILE=quick $(DRIVER) -m pytest --nbval-lax \
+	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/ $(PYTEST_ARGS)
 
 lab: setup
-	cd notebooks && $(DRIVER) -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
+	cd notebooks && $(DRIVER) -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)

@@ -1,4 +1,5 @@
-"""Tests for gpubench.envs: setup's commands (fake conda, micromamba, venv python), and real kernels."""
+"""Tests for gpubench.envs: setup's commands (fake conda, micromamba, venv python), the kernels it
+registers, the probe (`gpubench doctor --json` of a kernel's Python) and the envs report."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,20 +36,24 @@ def write_script(path: Path, body: str) -> Path:
     return path
 
 
-def fake_conda(bin_dir: Path, name: str, log: Path, envs_json: dict, fail_on: str | None = None) -> Path:
-    """A conda/mamba/micromamba stand-in: logs "cwd<TAB>argv", answers `env list --json`, can fail one step."""
+def fake_conda(bin_dir: Path, name: str, log: Path, envs_json: dict,
+               fail_on: str | None = None) -> Path:
+    """A conda/mamba/micromamba stand-in: logs "cwd<TAB>argv", answers `env list --json`, can
+    fail one step."""
     body = f'printf "%s\\t%s%s\\n" "$PWD" "$*" "{JDD}" >> {shlex.quote(str(log))}\n'
     answer = shlex.quote(json.dumps(envs_json))
     body += f'if [ "$1 $2 $3" = "env list --json" ]; then printf "%s\\n" {answer}; exit 0; fi\n'
     if fail_on:
-        body += f'if [[ "$*" == *{shlex.quote(fail_on)}* ]]; then echo "fake failure" >&2; exit 1; fi\n'
+        body += (f'if [[ "$*" == *{shlex.quote(fail_on)}* ]]; then echo "fake failure" >&2; '
+                 'exit 1; fi\n')
     return write_script(bin_dir / name, body + "exit 0\n")
 
 
 def fake_nvidia_smi(bin_dir: Path, kind: str) -> None:
     """nvidia-smi that lists a GPU ("gpu"), fails ("fail"), or is absent ("missing")."""
     if kind == "gpu":
-        write_script(bin_dir / "nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-0f3c9a7e-1234)"\n')
+        write_script(bin_dir / "nvidia-smi",
+                     'echo "GPU 0: NVIDIA H200 (UUID: GPU-0f3c9a7e-1234)"\n')
     elif kind == "fail":
         write_script(bin_dir / "nvidia-smi", 'echo "NVIDIA-SMI has failed" >&2\nexit 1\n')
 
@@ -78,20 +85,23 @@ def root(tmp_path) -> Path:
     """A project root with copies of pyproject.toml and the environment yml files."""
     path = tmp_path / "project"
     path.mkdir()
-    for name in ("pyproject.toml", "environment-cpu.yml", "environment-gpu.yml"):
+    for name in ("pyproject.toml", *(f"environment-{env}.yml" for env in envs.ENVS)):
         shutil.copy(ROOT / name, path / name)
     return path
 
 
-def registered(kernel: str, root: Path, python: str = "python") -> list[str]:
-    """The two registrations setup makes: this checkout's (PYTHONPATH, its .jupyter), then --user."""
+def registered(kernel: str, root: Path, python: str = "python",
+               backend: str = "tensorflow") -> list[str]:
+    """The two registrations setup makes: this checkout's (PYTHONPATH, its .jupyter), then --user;
+    both with the same display name everywhere and the env's KERAS_BACKEND."""
     install = (f"{python} " if python else "") + (
-        f"-m ipykernel install --user --name {kernel} --display-name Python 3.11 ({kernel})")
-    return [f"{install} {root} --env PYTHONPATH {root} @{root / '.jupyter'}", install]
+        f"-m ipykernel install --user --name {kernel} --display-name Python 3 ({kernel}) "
+        f"--env KERAS_BACKEND {backend}")
+    return [f"{install} --env PYTHONPATH {root} @{root / '.jupyter'}", install]
 
 
-def conda_registered(kernel: str, root: Path) -> list[str]:
-    return [f"run -n {kernel} {line}" for line in registered(kernel, root)]
+def conda_registered(kernel: str, root: Path, backend: str = "tensorflow") -> list[str]:
+    return [f"run -n {kernel} {line}" for line in registered(kernel, root, backend=backend)]
 
 
 # ---- conda / mamba / micromamba ------------------------------------------------------------
@@ -115,7 +125,8 @@ def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tm
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
     assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
-    assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 3  # the yml's `-e .[cpu]` is relative to root
+    # the yml's `-e .[cpu,test]` is relative to root
+    assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 3
     printed = "\n".join(out)
     assert f"$ {bin_dir / tool} {expected}" in printed
     assert "Kernels registered: gpubench-cpu" in printed
@@ -148,9 +159,11 @@ def test_conda_failing_step_stops_with_message(bin_dir, root, tmp_path):
     fake_nvidia_smi(bin_dir, "gpu")
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 1
-    assert argvs(log) == ["env list --json", "env create -f environment-cpu.yml"]  # nothing after the failure
+    # nothing after the failure
+    assert argvs(log) == ["env list --json", "env create -f environment-cpu.yml"]
     printed = "\n".join(out)
-    assert "setup failed at step: create conda env gpubench-cpu from environment-cpu.yml (exit code 1)" in printed
+    assert ("setup failed at step: create conda env gpubench-cpu from environment-cpu.yml "
+            "(exit code 1)") in printed
     assert "env remove -y -n gpubench-cpu" in printed
     assert "Kernels registered" not in printed
 
@@ -163,8 +176,10 @@ def test_conda_failing_kernel_registration_names_the_step(bin_dir, root, tmp_pat
     assert "setup failed at step: register the Jupyter kernel gpubench-cpu" in "\n".join(out)
 
 
-@pytest.mark.parametrize(("body", "why"), [("echo boom >&2; exit 3", "failed with exit code 3: boom"),
-                                           ("echo notjson", "printed no JSON with an \"envs\" list")])
+@pytest.mark.parametrize(("body", "why"), [
+    ("echo boom >&2; exit 3", "failed with exit code 3: boom"),
+    ("echo notjson", "printed no JSON with an \"envs\" list"),
+])
 def test_conda_env_list_failure_says_why(bin_dir, root, body, why):
     write_script(bin_dir / "conda", body + "\n")
     out: list[str] = []
@@ -255,7 +270,8 @@ def test_venv_with_current_stamp_only_registers_kernel(bin_dir, root, tmp_path, 
 
 
 @pytest.mark.parametrize("stamp", [None, "0" * 64], ids=["no-stamp", "stale-stamp"])
-def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path, monkeypatch, stamp):
+def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path, monkeypatch,
+                                                         stamp):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     log = tmp_path / "python.log"
     python = fake_venv(root, ".venv", log)
@@ -264,7 +280,8 @@ def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path
         stamp_file.write_text(stamp)
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
-    assert argvs(log) == ["-m pip install -e .[cpu,test]", *registered("gpubench-cpu", root, python="")]
+    assert argvs(log) == ["-m pip install -e .[cpu,test]",
+                          *registered("gpubench-cpu", root, python="")]
     assert calls(log)[0][0] == str(root)
     assert f"$ {python} -m pip install -e '.[cpu,test]'" in out
     assert stamp_file.read_text().strip() == stamp_digest(root)
@@ -277,7 +294,8 @@ def test_venv_pip_failure_stops_and_leaves_no_stamp(bin_dir, root, tmp_path, mon
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 1
     assert argvs(log) == ["-m pip install -e .[cpu,test]"]
-    assert "setup failed at step: pip install gpubench[cpu,test] into .venv (exit code 2)" in "\n".join(out)
+    assert ("setup failed at step: pip install gpubench[cpu,test] into .venv (exit code 2)"
+            in "\n".join(out))
     assert not (root / ".venv" / ".gpubench-installed").exists()
 
 
@@ -289,13 +307,15 @@ def test_venv_gpu_env_when_gpu_found(bin_dir, root, tmp_path, monkeypatch):
     fake_venv(root, ".venv-gpu", gpu_log)
     assert envs.setup(root=root, echo=lambda line: None) == 0
     assert argvs(cpu_log)[0] == "-m pip install -e .[cpu,test]"
-    assert argvs(gpu_log) == ["-m pip install -e .[gpu,test]", *registered("gpubench-gpu", root, python="")]
+    assert argvs(gpu_log) == ["-m pip install -e .[gpu,test]",
+                              *registered("gpubench-gpu", root, python="")]
     assert (root / ".venv-gpu" / ".gpubench-installed").read_text().strip() == stamp_digest(root)
 
 
 def test_venv_creation_failure_explains_python3_venv(bin_dir, root, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
-    # A python whose `-m venv .venv` half-makes the venv and fails, as Debian's does without python3-venv.
+    # A python whose `-m venv .venv` half-makes the venv and fails, as Debian's does without
+    # python3-venv.
     broken = write_script(
         tmp_path / "python3",
         '/bin/mkdir -p "$3/bin"\necho "ensurepip is not available" >&2\nexit 1\n',
@@ -307,7 +327,8 @@ def test_venv_creation_failure_explains_python3_venv(bin_dir, root, tmp_path, mo
     assert f"$ {broken} -m venv .venv" in printed
     assert "setup failed at step: create the venv .venv" in printed
     assert "sudo apt install python3-venv" in printed
-    assert not (root / ".venv").exists()  # a rerun must not mistake the half-made venv for a good one
+    # a rerun must not mistake the half-made venv for a good one
+    assert not (root / ".venv").exists()
 
 
 def test_driver_python_venv(bin_dir, root, monkeypatch):
@@ -326,6 +347,142 @@ def test_driver_python_conda_without_env(bin_dir, root, tmp_path):
         envs.driver_python(root)
 
 
+# ---- backends: the JAX envs ------------------------------------------------------------
+
+def test_venv_jax_backend_makes_the_jax_envs_never_the_tensorflow_gpu_env(bin_dir, root, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    fake_nvidia_smi(bin_dir, "gpu")
+    logs = {env: tmp_path / f"{env}.log" for env in envs.ENVS}
+    for env, log in logs.items():
+        fake_venv(root, envs.VENV_DIRS[env], log)
+    out: list[str] = []
+    assert envs.setup(backends="jax", root=root, echo=out.append) == 0
+    assert argvs(logs["jax-cpu"]) == ["-m pip install -e .[jax,test]",
+                                      *registered("gpubench-jax-cpu", root, "", backend="jax")]
+    assert argvs(logs["jax-gpu"]) == ["-m pip install -e .[jax-gpu,test]",
+                                      *registered("gpubench-jax-gpu", root, "", backend="jax")]
+    assert argvs(logs["cpu"]) == [] and argvs(logs["gpu"]) == []
+    assert envs.VENV_DIRS["jax-gpu"] != envs.VENV_DIRS["gpu"]
+    assert "Kernels registered: gpubench-jax-cpu, gpubench-jax-gpu" in "\n".join(out)
+
+
+def test_venv_both_backends_cpu_envs_first(bin_dir, root, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    fake_nvidia_smi(bin_dir, "missing")
+    log = tmp_path / "all.log"  # one log: the order of the steps across envs
+    for env in envs.ENVS:
+        fake_venv(root, envs.VENV_DIRS[env], log)
+    out: list[str] = []
+    assert envs.setup(False, "tensorflow,jax", root=root, echo=out.append) == 0
+    assert [line for line in argvs(log) if "pip" in line] == ["-m pip install -e .[cpu,test]",
+                                                             "-m pip install -e .[jax,test]"]
+    assert "Kernels registered: gpubench-cpu, gpubench-jax-cpu" in "\n".join(out)
+
+
+def test_conda_jax_envs_come_from_their_yml_files(bin_dir, root, tmp_path):
+    log = tmp_path / "conda.log"
+    fake_conda(bin_dir, "conda", log, ENVS_ABSENT)
+    assert envs.setup(True, ("tensorflow", "jax"), root=root, echo=lambda line: None) == 0
+    lines = argvs(log)
+    creates = [line for line in lines if line.startswith("env create")]
+    assert creates == [f"env create -f environment-{env}.yml"
+                       for env in ("cpu", "jax-cpu", "gpu", "jax-gpu")]
+    assert set(conda_registered("gpubench-jax-gpu", root, backend="jax")) <= set(lines)
+    assert set(conda_registered("gpubench-gpu", root)) <= set(lines)
+
+
+@pytest.mark.parametrize("value", ["torch", "tensorflow,pytorch", "", " , "])
+def test_unsupported_backend_is_refused_before_anything_runs(bin_dir, root, tmp_path, value):
+    log = tmp_path / "conda.log"
+    fake_conda(bin_dir, "conda", log, ENVS_ABSENT)
+    with pytest.raises(ValueError, match="use tensorflow, jax or both") as caught:
+        envs.setup(backends=value, root=root, echo=lambda line: None)
+    assert "\n" not in str(caught.value)
+    if value.strip(" ,"):
+        assert repr(value.split(",")[-1]) in str(caught.value)
+    assert argvs(log) == []
+
+
+def test_env_names_backends_and_gpu_envs():
+    assert [envs.env_name(b, g) for b in ("tensorflow", "jax") for g in (False, True)] == [
+        "cpu", "gpu", "jax-cpu", "jax-gpu"]
+    assert [envs.backend_of(e) for e in envs.ENVS] == ["tensorflow", "tensorflow", "jax", "jax"]
+    assert envs.backend_of("cpu-noonednn") == "tensorflow"
+    gpu_envs = ["gpu", "gpu-2", "jax-gpu", "jax-gpu-a100"]
+    assert all(envs.is_gpu_env(e) for e in gpu_envs)
+    assert not any(envs.is_gpu_env(e) for e in ["cpu", "jax-cpu", "cpu-gpuless", "jax-cpugpu"])
+    assert envs.parse_backends(" jax , tensorflow,jax") == ("jax", "tensorflow")
+    assert set(envs.SETUP_COMMANDS) == set(envs.ENVS)
+
+
+def test_display_names_are_the_same_in_every_checkout(root, tmp_path):
+    names = {envs.display_name(env) for env in envs.ENVS}
+    assert len(names) == len(envs.ENVS)
+    assert not any(str(root) in name or str(ROOT) in name for name in names)
+    assert envs.display_name("cpu") == "Python 3 (gpubench-cpu)"
+
+
+def test_driver_python_falls_back_to_the_jax_env(bin_dir, root, monkeypatch):
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    write_script(root / ".venv-jax" / "bin" / "python", "exit 0\n")
+    assert envs.driver_python(root) == str(root / ".venv-jax" / "bin" / "python")
+    write_script(root / ".venv" / "bin" / "python", "exit 0\n")
+    assert envs.driver_python(root) == str(root / ".venv" / "bin" / "python")
+
+
+def real_venv(clone: Path, dirname: str = ".venv") -> None:
+    """A venv whose pip install is done (setup only registers its kernel), running this Python."""
+    write_script(clone / dirname / "bin" / "python", f'exec {sys.executable} "$@"\n')
+    (clone / dirname / ".gpubench-installed").write_text(stamp_digest(clone))
+
+
+def test_real_registration_sets_backend_display_name_and_checkout(root, tmp_path, monkeypatch,
+                                                                  bin_dir):
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-jupyter"))
+    for env in ("cpu", "jax-cpu"):
+        real_venv(root, envs.VENV_DIRS[env])
+    assert envs.setup(backends="tensorflow,jax", root=root, echo=lambda line: None) == 0
+    for env, backend in (("cpu", "tensorflow"), ("jax-cpu", "jax")):
+        kernel = envs.kernel_name(env)
+        mine = json.loads((root / ".jupyter" / "kernels" / kernel / "kernel.json").read_text())
+        user_spec = tmp_path / "user-jupyter" / "kernels" / kernel / "kernel.json"
+        user = json.loads(user_spec.read_text())
+        assert mine["display_name"] == user["display_name"] == envs.display_name(env)
+        assert mine["env"] == {"KERAS_BACKEND": backend, "PYTHONPATH": str(root)}
+        assert user["env"] == {"KERAS_BACKEND": backend}
+        assert mine["metadata"]["gpubench"] == {"checkout": str(root), "env": env,
+                                                "backend": backend}
+
+
+def test_unwritable_user_jupyter_dir_is_a_warning(root, tmp_path, monkeypatch, bin_dir):
+    """The --user registration fails (its folder cannot be made; root ignores modes, so a file
+    stands where a folder must go): setup warns, naming the folder, and succeeds."""
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    (tmp_path / "blocked").write_text("a file, not a folder")
+    user_dir = tmp_path / "blocked" / "jupyter"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(user_dir))
+    real_venv(root)
+    out: list[str] = []
+    assert envs.setup(root=root, echo=out.append) == 0
+    printed = "\n".join(out)
+    assert f"warning: could not register gpubench-cpu for Jupyter started by hand in {user_dir}" \
+        f"/kernels" in printed
+    assert "Traceback" not in printed and "delete .venv" not in printed
+    assert "Kernels registered: gpubench-cpu" in printed
+    assert (root / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json").is_file()
+
+
+def test_user_jupyter_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
+    assert envs.user_jupyter_dir() == tmp_path
+    env = {"XDG_DATA_HOME": "/xdg"}
+    if sys.platform.startswith("linux"):
+        assert envs.user_jupyter_dir(env) == Path("/xdg/jupyter")
+        assert envs.user_jupyter_dir({}) == Path.home() / ".local" / "share" / "jupyter"
+
+
 def test_names_and_root():
     assert envs.kernel_name("cpu") == "gpubench-cpu"
     assert (envs.project_root() / "pyproject.toml").is_file()
@@ -338,11 +495,12 @@ def test_envs_module_imports_only_the_standard_library():
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('tensorflow', 'jupyter_client', 'numpy', 'ipykernel', 'traitlets')]; print(bad)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
     assert out.stdout.strip() == "[]"
 
 
-# ---- real kernels (each TensorFlow probe takes a few seconds) ------------------------------
+# ---- the probe: `gpubench doctor --json` of a kernel's Python -----------------------------
 
 @pytest.fixture
 def jupyter_dir(tmp_path, monkeypatch) -> Path:
@@ -354,14 +512,6 @@ def jupyter_dir(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def register(name: str) -> None:
-    """Register this test Python as kernel `name`, the way setup does."""
-    subprocess.run(
-        [sys.executable, "-m", "ipykernel", "install", "--user", "--name", name], check=True,
-        capture_output=True,
-    )
-
-
 def write_kernel(jupyter_dir: Path, name: str, argv0: str, env: dict | None = None) -> None:
     """A hand-written kernel.json."""
     spec = {"argv": [argv0, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -371,98 +521,136 @@ def write_kernel(jupyter_dir: Path, name: str, argv0: str, env: dict | None = No
     (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def test_real_kernel_specs_probe_and_report(jupyter_dir):
-    register("gpubench-cpu")
-    specs = envs.kernel_specs()
-    assert list(specs) == ["cpu"] and specs["cpu"]["kernel"] == "gpubench-cpu"
-    assert specs["cpu"]["argv"][0] == sys.executable
-    assert Path(specs["cpu"]["resource_dir"]).parent == jupyter_dir / "kernels"
+def fake_doctor(path: Path, doc: dict, before: str = "", after: str = "GPU check: OK") -> Path:
+    """A "python" whose `-m gpubench doctor --json` prints `doc` (with the KERAS_BACKEND it was
+    given, its cwd and argv) between some noise."""
+    body = json.dumps(doc)[:-1] + ', "seen_backend": "$KERAS_BACKEND", "cwd": "$PWD", "argv": "$*"}'
+    return write_script(path, f"echo {shlex.quote(before)}\ncat <<EOF\n{body}\nEOF\n"
+                              f"echo {shlex.quote(after)}\n")
 
-    info = envs.probe("cpu")
+
+JAX_GPU = {"python": "3.11.9", "keras": "3.15.1", "backend": "jax", "backend_version": "0.10.2",
+           "jax": "0.10.2", "tensorflow": None, "cuda_build": True, "devices": ["cpu", "gpu:0"],
+           "gpus": [{"name": "NVIDIA H200", "memory_gb": 139.8, "driver": "580.1"}],
+           "env": "jax-gpu", "tensorflow_importable": False}
+
+
+def test_probe_python_runs_doctor_json_outside_the_checkout(tmp_path):
+    python = fake_doctor(tmp_path / "python", JAX_GPU, before="noise {not json")
+    info = envs.probe_python([str(python), "-Xfrozen_modules=off"],
+                             env={**os.environ, "KERAS_BACKEND": "jax"})
     assert info["error"] is None, info
-    assert info["tensorflow"].startswith("2.21")
-    assert info["cuda_build"] is False
-    assert info["gpus"] == []
-    assert info["python"].startswith("3.11")
-    assert (info["kernel"], info["env"]) == ("gpubench-cpu", "cpu")
-    assert info["checkout"] == str(ROOT) and info["diagnosis"]  # no GPU: devices.diagnose says why
+    assert info["argv"] == "-Xfrozen_modules=off -m gpubench doctor --json"
+    assert info["seen_backend"] == "jax"
+    assert Path(info["cwd"]).resolve() == Path(tempfile.gettempdir()).resolve()
+    assert (info["backend"], info["devices"], info["tensorflow"]) == ("jax", ["cpu", "gpu:0"], None)
 
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('echo "ModuleNotFoundError: No module named gpubench" >&2; exit 1',
+     "gpubench is not installed in"),
+    ('echo "Segmentation fault" >&2; exit 3',
+     "exited with code 3 and printed no JSON: Segmentation"),
+    ('echo "{broken"; exit 0', "exited with code 0 and printed no JSON: {broken"),
+])
+def test_probe_python_failures_say_why(tmp_path, body, expected):
+    python = write_script(tmp_path / "python", body + "\n")
+    info = envs.probe_python([str(python)])
+    assert expected in info["error"], info
+
+
+def test_probe_python_of_a_missing_or_hanging_python(tmp_path):
+    assert "does not run" in envs.probe_python([str(tmp_path / "nosuch")])["error"]
+    slow = write_script(tmp_path / "slow", "sleep 10\n")
+    assert "gave no answer within 0.5 s" in envs.probe_python([str(slow)], timeout=0.5)["error"]
+
+
+def test_probe_and_report_of_a_jax_gpu_kernel(jupyter_dir, tmp_path, monkeypatch):
+    python = fake_doctor(tmp_path / "python", {**JAX_GPU, "checkout": str(ROOT)})
+    write_kernel(jupyter_dir, "gpubench-jax-gpu", str(python), env={"KERAS_BACKEND": "jax"})
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # the spec's env wins over ours
+    info = envs.probe("jax-gpu")
+    assert info["error"] is None, info
+    assert (info["backend"], info["backend_version"], info["gpus"]) == ("jax", "0.10.2", ["gpu:0"])
+    assert (info["kernel"], info["executable"], info["checkout"]) == (
+        "gpubench-jax-gpu", str(python), str(ROOT))
     report = envs.envs_report()
-    row = next(line for line in report.splitlines() if "gpubench-cpu" in line and "2.21" in line)
-    assert row.startswith("cpu ")
-    assert re.search(r"  GPU: no  ", row) and row.endswith(f"{sys.executable}  {ROOT}")
-    assert f"this checkout: {ROOT}" in report
-    assert "gpu: not set up" in report
-    assert "cpu: not set up" not in report
+    row = next(line for line in report.splitlines() if line.startswith("jax-gpu "))
+    assert re.search(r"gpubench-jax-gpu +jax +0\.10\.2 +GPU: yes \(gpu:0\) ", row), row
+    assert row.endswith(f"{python}  {ROOT}")
+    assert "WARNING" not in report and "ERROR" not in report
 
 
-def test_report_warns_about_gpu_env_without_gpu_and_broken_kernel(jupyter_dir):
-    register("gpubench-gpu")
+def test_report_warns_about_a_gpu_env_without_gpu_and_the_wrong_backend(jupyter_dir, tmp_path):
+    doc = {**JAX_GPU, "backend": "tensorflow", "backend_version": "2.21.0", "tensorflow": "2.21.0",
+           "devices": ["cpu"], "diagnosis": "no NVIDIA GPU on this machine"}
+    write_kernel(jupyter_dir, "gpubench-jax-gpu", str(fake_doctor(tmp_path / "python", doc)))
+    report = envs.envs_report()
+    assert "WARNING: gpubench-jax-gpu: runs Keras on tensorflow, not jax" in report
+    assert "GPU env, but tensorflow sees no GPU: no NVIDIA GPU on this machine" in report
+    assert "GPU: no" in report
+
+
+def test_report_names_broken_kernels_and_missing_envs(jupyter_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(envs.machine, "nvidia_smi_gpus", lambda: [])
     write_kernel(jupyter_dir, "gpubench-cpu-noonednn", "/nonexistent/bin/python")
+    crash = write_script(tmp_path / "crash", 'echo "Segmentation fault" >&2\nexit 3\n')
+    write_kernel(jupyter_dir, "gpubench-jax-cpu", str(crash), env={"KERAS_BACKEND": "jax"})
     info = envs.probe("cpu-noonednn")
-    assert "its kernel does not start" in info["error"] and "/nonexistent/bin/python" in info["error"]
-    assert info["tensorflow"] is None
+    assert "/nonexistent/bin/python does not run" in info["error"]
+    assert "jupyter kernelspec remove gpubench-cpu-noonednn" in info["error"]
     report = envs.envs_report()
-    assert "GPU env, but TensorFlow sees no GPU: run `gpubench doctor` in that env" in report
     assert "ERROR: gpubench-cpu-noonednn:" in report
+    assert "ERROR: gpubench-jax-cpu:" in report and "Segmentation fault" in report
     assert "GPU: unknown" in report
     assert "cpu: not set up" in report and "`make setup`" in report
-    assert "gpu: not set up" not in report
-
-
-def test_probe_merges_kernel_env_and_skips_noise(jupyter_dir, tmp_path):
-    fake_tf = tmp_path / "fake_tf"
-    (fake_tf / "tensorflow").mkdir(parents=True)
-    (fake_tf / "tensorflow" / "__init__.py").write_text(
-        "import os, types\n"
-        "print('noise {not json')\n"
-        "__version__ = '9.9.' + os.environ.get('TF_CPP_MIN_LOG_LEVEL', 'unset')  # probe sets it to 2\n"
-        "test = types.SimpleNamespace(is_built_with_cuda=lambda: True)\n"
-        "config = types.SimpleNamespace(list_physical_devices=lambda kind: "
-        "[types.SimpleNamespace(name='/physical_device:GPU:0')])\n"
-    )
-    write_kernel(jupyter_dir, "gpubench-gpu", sys.executable, env={"PYTHONPATH": str(fake_tf)})
-    info = envs.probe("gpu")
-    assert info["error"] is None, info
-    assert (info["tensorflow"], info["cuda_build"], info["gpus"]) == ("9.9.2", True, ["/physical_device:GPU:0"])
-    report = envs.envs_report()
-    assert "GPU: yes (GPU:0)" in report
-    assert "TensorFlow sees no GPU" not in report
-
-
-def test_probe_reports_tensorflow_import_error(jupyter_dir, tmp_path):
-    fake_tf = tmp_path / "fake_tf"
-    fake_tf.mkdir()
-    (fake_tf / "tensorflow.py").write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
-    write_kernel(jupyter_dir, "gpubench-gpu", sys.executable, env={"PYTHONPATH": str(fake_tf)})
-    info = envs.probe("gpu")
-    assert info["tensorflow"] is None
-    assert "TensorFlow does not import: ImportError: libcudart.so.12" in info["error"]
-    assert info["python"].startswith("3.11")
-
-
-def test_probe_of_crashing_python(jupyter_dir, tmp_path):
-    crash = write_script(tmp_path / "crash", 'echo "Segmentation fault" >&2\nexit 3\n')
-    write_kernel(jupyter_dir, "gpubench-cpu", str(crash))
-    info = envs.probe("cpu")
-    assert "exited with code 3" in info["error"] and "Segmentation fault" in info["error"]
-    assert "ERROR: gpubench-cpu:" in envs.envs_report()
+    assert "jax-cpu: not set up" not in report
+    assert "jax-gpu: not set up (optional: Keras on JAX)" in report
 
 
 def test_probe_of_unknown_kernel(jupyter_dir):
-    info = envs.probe("nosuch")
-    assert "no Jupyter kernel named 'gpubench-nosuch'" in info["error"]
+    info = envs.probe("jax-cpu")
+    assert "no Jupyter kernel named 'gpubench-jax-cpu'" in info["error"]
+    assert "BACKENDS=tensorflow,jax" in info["error"]
 
 
 @pytest.mark.parametrize("smi", [None, [], ["GPU 0: NVIDIA H200 (UUID: GPU-1)"]])
 def test_report_with_no_kernels(jupyter_dir, monkeypatch, smi):
-    """The GPU env's fix is offered only where nvidia-smi lists a GPU."""
-    monkeypatch.setattr(envs.devices, "nvidia_smi_gpus", lambda: smi)
+    """The GPU envs' fix is offered only where nvidia-smi lists a GPU; no hint names a make
+    target that does not exist."""
+    monkeypatch.setattr(envs.machine, "nvidia_smi_gpus", lambda: smi)
     report = envs.envs_report()
     assert "no gpubench kernels are registered" in report
-    assert "cpu: not set up" in report and "gpu: not set up" in report
+    for env in envs.ENVS:
+        assert f"{env}: not set up" in report
     assert ("make setup GPU=1" in report) == bool(smi)
+    assert ("make setup GPU=1 BACKENDS=tensorflow,jax" in report) == bool(smi)
     assert ("this machine has no NVIDIA GPU" in report) == (not smi)
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
+    assert set(re.findall(r"`make (\w+)", report)) <= targets
+
+
+@pytest.mark.slow
+def test_real_kernel_probe_and_report(jupyter_dir, monkeypatch):
+    """This test's own Python as gpubench-cpu: the probe runs its real `gpubench doctor --json`."""
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name",
+                    "gpubench-cpu", "--env", "KERAS_BACKEND", "tensorflow", "--env", "PYTHONPATH",
+                    str(ROOT)], check=True, capture_output=True)
+    specs = envs.kernel_specs()
+    assert list(specs) == ["cpu"] and specs["cpu"]["kernel"] == "gpubench-cpu"
+    assert Path(specs["cpu"]["resource_dir"]).parent == jupyter_dir / "kernels"
+    info = envs.probe("cpu")
+    assert info["error"] is None, info
+    assert info["backend"] == "tensorflow" and info["backend_version"].startswith("2.21")
+    assert info["tensorflow"].startswith("2.21")
+    assert info["cuda_build"] is False and info["gpus"] == []
+    assert info["python"].startswith("3.11") and info["executable"] == sys.executable
+    monkeypatch.setattr(envs, "probe", lambda env, timeout=120: info)  # TensorFlow loads once
+    report = envs.envs_report()
+    row = next(line for line in report.splitlines() if line.startswith("cpu "))
+    assert re.search(r"gpubench-cpu +tensorflow +2\.21\.\d+ +GPU: no ", row), row
+    assert f"this checkout: {ROOT}" in report and "ERROR" not in report
 
 
 def test_a_kernel_of_another_checkout_is_foreign(jupyter_dir, tmp_path):
@@ -475,7 +663,8 @@ def test_a_kernel_of_another_checkout_is_foreign(jupyter_dir, tmp_path):
     specs = envs.kernel_specs()
     assert "is not this checkout's" in envs.foreign_kernel(specs["cpu"])
     assert f"make setup` in {ROOT}" in envs.foreign_kernel(specs["cpu"])
-    assert envs.foreign_kernel(specs["mine"]) is None and envs.foreign_kernel(specs["conda"]) is None
+    assert envs.foreign_kernel(specs["mine"]) is None
+    assert envs.foreign_kernel(specs["conda"]) is None
 
 
 def test_checkout_kernels_come_first_on_jupyter_path(monkeypatch):
@@ -487,15 +676,12 @@ def test_checkout_kernels_come_first_on_jupyter_path(monkeypatch):
 def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
     """Setups racing, with real `ipykernel install --user`: without the locks one of them
     crashed (FileNotFoundError: logo-svg.svg). Two clones, two setups each, at the same moment."""
-    import threading
-
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-jupyter"))
     clones = [root, tmp_path / "clone2"]
     shutil.copytree(root, clones[1])
-    for clone in clones:  # a venv whose pip install is done: setup only registers its kernel
-        write_script(clone / ".venv" / "bin" / "python", f'exec {sys.executable} "$@"\n')
-        (clone / ".venv" / ".gpubench-installed").write_text(stamp_digest(clone))
+    for clone in clones:
+        real_venv(clone)
     outcomes, printed = [], []
 
     def setup_in(clone: Path) -> None:
@@ -507,7 +693,11 @@ def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
     for thread in threads:
         thread.join()
     assert outcomes == [0] * 4, "\n".join(printed)
+    assert "warning" not in "\n".join(printed)
     for clone in clones:
-        spec = json.loads((clone / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json").read_text())
-        assert spec["env"]["PYTHONPATH"] == str(clone) and str(clone) in spec["display_name"]
+        spec_path = clone / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json"
+        spec = json.loads(spec_path.read_text())
+        assert spec["env"]["PYTHONPATH"] == str(clone)
+        assert spec["metadata"]["gpubench"]["checkout"] == str(clone)
+        assert spec["display_name"] == envs.display_name("cpu")
     assert (tmp_path / "user-jupyter" / "kernels" / "gpubench-cpu" / "logo-svg.svg").exists()

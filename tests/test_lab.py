@@ -61,17 +61,29 @@ def test_make_puts_this_checkouts_kernels_first():
     """`make lab` and `make test` run Jupyter with CHECKOUT/.jupyter first on JUPYTER_PATH, so a
     kernel name another clone registered with --user never runs that clone's code here."""
     show = "show:\n\t@echo $$JUPYTER_PATH\n"
-    proc = subprocess.run(["make", "--no-print-directory", "-s", "-f", "Makefile", "-f", "-", "show"],
-                          input=show, cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env=python_env(JUPYTER_PATH="/elsewhere"))
+    proc = subprocess.run(["make", "--no-print-directory", "-s", "-f", "Makefile", "-f", "-",
+                           "show"], input=show, cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=python_env(JUPYTER_PATH="/elsewhere"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().split(":") == [str(REPO / ".jupyter"), "/elsewhere"]
 
 
 def test_the_server_runs_this_checkouts_kernel(tmp_path, cpu_kernel):
-    """The kernel Jupyter finds under the name is the one `make setup` registered for this checkout."""
+    """The kernel Jupyter finds under the name is the one `make setup` registered for this
+    checkout."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec(cpu_kernel)
     assert spec.resource_dir == str(REPO / ".jupyter" / "kernels" / cpu_kernel)
     assert spec.env["PYTHONPATH"] == str(REPO)
+
+
+def test_make_lab_passes_args_to_jupyterlab():
+    """`make lab ARGS=...` hands its flags to JupyterLab (a port, no browser)."""
+    proc = subprocess.run(["make", "-n", "--no-print-directory", "lab",
+                           "ARGS=--port=8890 --no-browser"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lab = proc.stdout.splitlines()[-1]
+    assert lab.startswith("cd notebooks && ") and " -m jupyter lab" in lab
+    assert lab.endswith(" --port=8890 --no-browser")

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import PYTHON, REPO
 
-YML_FILES = ["environment-cpu.yml", "environment-gpu.yml"]
+ENV_EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # env -> extra
+YML_FILES = [f"environment-{env}.yml" for env in ENV_EXTRAS]
 REQUIRED_CONDA = {"python", "numpy", "matplotlib", "jupyterlab", "papermill", "nbval",
                   "ipykernel", "pytest"}
 
@@ -20,14 +21,14 @@ def _pyproject() -> dict:
 
 
 def _pip_pins() -> dict[str, str]:
-    """name -> "X.Y" for every `name==X.Y.*` requirement in pyproject.toml."""
+    """name -> "X.Y" (or "X") for every `name==X.Y.*` requirement in pyproject.toml."""
     project = _pyproject()["project"]
     reqs = list(project["dependencies"])
     for extra in project["optional-dependencies"].values():
         reqs += extra
     pins = {}
     for req in reqs:
-        match = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\d+\.\d+)\.\*", req)
+        match = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\d+(?:\.\d+)?)\.\*", req)
         if match:
             pins[match.group(1).lower()] = match.group(2)
     return pins
@@ -51,7 +52,7 @@ def _conda_deps(name: str) -> tuple[dict[str, str], list[str], list[str]]:
         if in_pip and line.startswith("      "):
             pip_lines.append(body)
             continue
-        match = re.match(r"^([A-Za-z0-9_.-]+)=(\d+\.\d+)$", body)
+        match = re.match(r"^([A-Za-z0-9_.-]+)=(\d+(?:\.\d+)?)$", body)
         if match:
             pins[match.group(1).lower()] = match.group(2)
         elif body != "pip":
@@ -65,24 +66,71 @@ def test_env_files_agree_with_pyproject(name):
     pip = _pip_pins()
     assert REQUIRED_CONDA <= set(pins), f"{name} lacks {REQUIRED_CONDA - set(pins)}"
     shared = (set(pins) & set(pip)) - {"python"}
-    assert {"numpy", "matplotlib", "jupyterlab", "papermill", "nbval", "ipykernel", "pytest"} <= shared
+    assert {"numpy", "matplotlib", "jupyterlab", "papermill", "nbval", "ipykernel",
+            "pytest"} <= shared
     mismatched = {k: (pins[k], pip[k]) for k in shared if pins[k] != pip[k]}
     assert not mismatched, f"{name} and pyproject.toml disagree (yml, pyproject): {mismatched}"
 
 
 def test_python_version_agrees():
-    cpu, _, _ = _conda_deps("environment-cpu.yml")
-    gpu, _, _ = _conda_deps("environment-gpu.yml")
-    assert cpu["python"] == gpu["python"] == "3.11"
+    assert {_conda_deps(name)[0]["python"] for name in YML_FILES} == {"3.11"}
 
 
-@pytest.mark.parametrize("name,extra", [("environment-cpu.yml", "cpu"), ("environment-gpu.yml", "gpu")])
-def test_env_file_installs_the_project_with_its_extra(name, extra):
+@pytest.mark.parametrize(("env", "extra"), ENV_EXTRAS.items())
+def test_env_file_installs_the_project_with_its_extra(env, extra):
+    name = f"environment-{env}.yml"
     _, pip_lines, uncommented = _conda_deps(name)
-    assert pip_lines == [f"-e .[{extra}]"]
+    assert pip_lines == [f"-e .[{extra},test]"]
     assert not uncommented, f"dependencies without a comment saying why: {uncommented}"
     text = (REPO / name).read_text()
-    assert f"name: gpubench-{extra}" in text and "- conda-forge" in text
+    assert f"name: gpubench-{env}" in text and "- conda-forge" in text
+
+
+def test_envs_module_and_env_files_agree():
+    """setup installs each env with the extra its yml file names, and every env has a yml."""
+    from gpubench import envs
+
+    assert envs.EXTRAS == ENV_EXTRAS and set(envs.ENVS) == set(ENV_EXTRAS)
+    assert sorted(p.name for p in REPO.glob("environment-*.yml")) == sorted(YML_FILES)
+
+
+def _extra(name: str) -> list:
+    from packaging.requirements import Requirement
+
+    return [Requirement(r) for r in _pyproject()["project"]["optional-dependencies"][name]]
+
+
+def test_base_and_jax_extras_pull_no_tensorflow_and_the_gpu_envs_stay_apart():
+    """`pip install '.[jax]'` is TensorFlow-free; jax[cuda12] never shares an extra (an env)
+    with tensorflow[and-cuda], whose CUDA wheel pins conflict with it."""
+    from packaging.requirements import Requirement
+
+    base = [Requirement(r) for r in _pyproject()["project"]["dependencies"]]
+    names = {r.name for r in base}
+    assert {"keras", "nvidia-ml-py", "ipykernel", "papermill"} <= names
+    assert not names & {"tensorflow", "tensorflow-cpu", "jax", "jaxlib"}
+    (jax,) = _extra("jax")
+    assert jax.name == "jax" and not jax.extras
+    (jax_gpu,) = _extra("jax-gpu")
+    assert jax_gpu.name == "jax" and jax_gpu.extras == {"cuda12"}
+    assert jax.specifier == jax_gpu.specifier, "the JAX CPU and GPU envs must run the same JAX"
+    for extra in ("jax", "jax-gpu"):
+        assert not {r.name for r in _extra(extra)} & {"tensorflow", "tensorflow-cpu"}
+    assert not {r.name for r in _extra("gpu")} & {"jax", "jaxlib"}
+
+
+def test_test_extra_has_the_linter_and_hypothesis():
+    assert {r.name for r in _extra("test")} >= {"pytest", "nbval", "hypothesis", "ruff"}
+    ruff = _pyproject()["tool"]["ruff"]
+    assert ruff["line-length"] == 100
+    assert {"E", "F", "W", "I", "PLC0415"} <= set(ruff["lint"]["select"])
+
+
+def test_wheel_ships_the_notebooks_where_envs_finds_them():
+    """A wheel installs the notebooks into <prefix>/share/gpubench/notebooks, the folder
+    envs.notebooks_dir() uses outside a checkout."""
+    data = _pyproject()["tool"]["setuptools"]["data-files"]
+    assert "notebooks/*.ipynb" in data["share/gpubench/notebooks"]
 
 
 def _applies(requirement: str, machine: str) -> bool:
@@ -92,8 +140,10 @@ def _applies(requirement: str, machine: str) -> bool:
     return marker is None or marker.evaluate({"platform_machine": machine, "sys_platform": "linux"})
 
 
-@pytest.mark.parametrize("machine,wheel", [("x86_64", "tensorflow-cpu"), ("AMD64", "tensorflow-cpu"),
-                                           ("aarch64", "tensorflow"), ("arm64", "tensorflow")])
+@pytest.mark.parametrize("machine,wheel", [
+    ("x86_64", "tensorflow-cpu"), ("AMD64", "tensorflow-cpu"), ("aarch64", "tensorflow"),
+    ("arm64", "tensorflow"),
+])
 def test_cpu_extra_picks_one_cpu_only_tensorflow_per_platform(machine, wheel):
     from packaging.requirements import Requirement
 
@@ -121,7 +171,8 @@ def test_console_script_is_the_cli():
     import importlib
 
     module, _, func = _pyproject()["project"]["scripts"]["gpubench"].partition(":")
-    assert getattr(importlib.import_module(module), func) is importlib.import_module("gpubench.cli").main
+    cli = importlib.import_module("gpubench.cli")
+    assert getattr(importlib.import_module(module), func) is cli.main
 
 
 def test_ci_runs_make_test(fake_command, tmp_path):
@@ -148,7 +199,8 @@ def test_readme_quick_start_fits_on_one_screen_and_names_real_targets():
     named = set(re.findall(r"^make (\w+)", quick, re.M))
     assert named == {"run", "test", "quick"} and named <= targets
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert set(re.findall(r"`make (\w+)", readme)) <= targets, "README names a make target that does not exist"
+    assert set(re.findall(r"`make (\w+)", readme)) <= targets, \
+        "README names a make target that does not exist"
 
 
 def test_readme_strict_nbval_command_uses_the_shipped_sanitize_file():
@@ -177,3 +229,49 @@ def test_setup_needs_only_the_standard_library():
               "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _make_n(*args: str) -> list[str]:
+    """The commands `make -n ARGS` would run."""
+    proc = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.replace("\\\n", " ").splitlines()
+
+
+@pytest.mark.parametrize(("args", "backends", "envs"), [
+    ((), "tensorflow", None),
+    (("BACKENDS=tensorflow,jax",), "tensorflow,jax", None),
+    (("ENVS=cpu,jax-cpu",), "tensorflow,jax", "cpu,jax-cpu"),
+    (("ENVS=jax-cpu", "BACKENDS=jax"), "jax", "jax-cpu"),
+])
+def test_make_run_sets_up_the_backends_its_envs_need(args, backends, envs):
+    setup, run = _make_n("run", *args)
+    assert setup.endswith(f"-m gpubench setup --backends {backends}")
+    assert " -m gpubench run --profile full" in run
+    assert (f"--envs {envs}" in run) if envs else ("--envs" not in run)
+
+
+def test_make_test_sets_up_both_cpu_envs_then_lints_and_tests():
+    setup, lint, pytest_line = _make_n("test")
+    assert setup.endswith("-m gpubench setup --backends tensorflow,jax")
+    assert lint.endswith("-m ruff check .")
+    assert pytest_line.split()[1:3] == ["-m", "pytest"]
+    assert "slow" not in pytest_line  # the whole suite
+
+
+def test_make_check_lint_and_nbval():
+    check = _make_n("check")[-1]
+    assert '-m pytest -m "not slow"' in check
+    assert _make_n("lint")[-1].endswith("-m ruff check .")
+    nbval = _make_n("nbval")[-1]
+    assert nbval.startswith("GPUBENCH_PROFILE=quick ") and "--nbval-lax" in nbval
+    sanitize = re.search(r"--nbval-sanitize-with (\S+)", nbval).group(1)
+    assert (REPO / sanitize).is_file() and nbval.rstrip().endswith("notebooks/")
+
+
+def test_setup_cli_takes_the_makefiles_backends():
+    """The Makefile passes --backends to `gpubench setup`; the CLI must accept it."""
+    out = subprocess.run([PYTHON, "-m", "gpubench", "setup", "--help"], capture_output=True,
+                         text=True, cwd=REPO)
+    assert out.returncode == 0 and "--backends" in out.stdout

@@ -370,6 +370,8 @@ def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> 
     ok = [r for r in ok_records(records, "matmul") if _dtype(r) == dtype]
     if not any(r["device"].startswith("gpu") for r in ok):
         return "no GPU measured"
+    if not any(r["device"] == "cpu" and r["method"] == method for r in ok):
+        return "no CPU measured in this env to compare with"
     size = crossover(records, method, dtype)
     if size is None:
         return "the GPU never beat the CPU at the sizes measured"
@@ -447,8 +449,11 @@ def training_rows(records: list[dict]) -> list[list]:
                 rows.append(first + [r["status"].upper()] + ["–"] * 6 + [data])
                 continue
             base = baseline(records, column)
-            saved, speedup = _versus(by_key.get((model, base)), r, base is None
-                                     and r["env"] != cpu_env(_backend(r)))
+            if base is not None and (model, base) not in by_key:  # the CPU env lacks this model
+                saved, speedup = f"n/a (no {model} run in {base})", "–"
+            else:
+                saved, speedup = _versus(by_key.get((model, base)), r, base is None
+                                         and r["env"] != cpu_env(_backend(r)))
             rows.append(first + [
                 fmt_seconds(r["total_seconds"]), fmt_seconds(r["steady_epoch_seconds"]),
                 fmt_seconds(r["first_epoch_seconds"]), saved, speedup, energy_text(r),

@@ -209,6 +209,20 @@ def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words)
     assert f"Crossover (rigorous): {words};" in text
 
 
+def test_a_gpu_sweep_without_a_cpu_sweep_claims_no_crossover(tmp_path):
+    gpu_only = [r for r in _sweep(0.1) if r["device"] != "cpu"]
+    text = build_text(write_run(tmp_path, gpu_only))
+    assert "Crossover (rigorous): no CPU measured in this env to compare with;" in text
+    assert "never beat" not in text
+
+
+def test_a_model_the_cpu_env_did_not_train_is_not_its_own_baseline(tmp_path):
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0),
+                                           train("gpu", 70.0, model="mnist_cnn")]))
+    row = next(line for line in text.splitlines() if line.startswith("| MNIST CNN"))
+    assert "n/a (no mnist_cnn run in vm · cpu)" in row and "baseline" not in row
+
+
 # ---------------------------------------------------------------- no side effects on the caller
 
 def test_build_leaves_the_callers_matplotlib_backend_and_pyplot_alone(tmp_path):

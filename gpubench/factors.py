@@ -18,8 +18,16 @@ baseline and variant, with the median beside it. Uncertainty: the range of the
 per-round ratios variant/baseline (rounds are paired by interleaving); a
 factor whose range includes 1.0 has "no clear effect".
 
+Backends: the factors are those the backend has. JAX always compiles, so XLA is no factor
+there: the xla values collapse into one compiled baseline ("XLA: always on with JAX").
+`tf.data` runs wherever TensorFlow can be imported (Keras's JAX `fit` takes a
+tf.data.Dataset too); where it cannot, the chapter's default list drops it with a note and
+an explicit request is refused, naming the fix. The feeds themselves (tf.data, and the
+training set kept on the device with `steps_per_execution` steps per compiled call) live in
+`backends.part("feeds")`; nothing here imports TensorFlow or JAX.
+
 The functions the report uses (`effects`, `verdict`, `crossover_batch_size`,
-`percent_of_matmul_peak`, `round_rates`) import no TensorFlow.
+`percent_of_matmul_peak`, `round_rates`) load no ML framework.
 """
 
 from __future__ import annotations
@@ -28,9 +36,9 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from gpubench import checks
+from gpubench import backends, checks
 
 MODELS = ("mlp_h1000", "mnist_cnn")
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
@@ -44,6 +52,14 @@ BOX_FACTOR = 8.0
 PROBE_SECONDS = 0.3
 # A dtype policy's compute dtype: the matmul dtype its speed is compared with.
 COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
+# Backends that always compile: XLA is no factor there.
+ALWAYS_COMPILED = ("jax",)
+XLA_NOTE = ("XLA: always on with JAX (JAX compiles every training step), so it is not a factor "
+            "here: xla_modes {modes} run as one compiled baseline, and no XLA variant.")
+NO_TF_DATA = ("input pipeline 'tf.data' needs TensorFlow, which cannot be imported in this "
+              "{backend} env")
+TF_DATA_FIX = ("drop it (e.g. -p input_pipelines=arrays,on_device) or `pip install tensorflow-cpu` "
+               "into this env")
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,43 @@ def factor_values(params: dict) -> dict[str, list]:
     return {factor: list(params[name]) for name, factor in LIST_PARAMS.items()}
 
 
+def for_backend(values: dict[str, Sequence], backend: str, tf_data: bool, *,
+                drop_tf_data: bool = False) -> tuple[dict[str, list], list[str]]:
+    """The factor values `backend` can run, and notes on what it changed.
+
+    On a backend that always compiles (JAX) the xla values collapse into the one compiled
+    baseline. Where `tf_data` is False (TensorFlow not importable), "tf.data" is dropped with
+    a note when `drop_tf_data` (the chapter's default list), else refused: ValueError naming
+    the value and the fix.
+    """
+    checked = {factor: list(found) for factor, found in values.items()}
+    notes = []
+    if backend in ALWAYS_COMPILED and checked.get("xla"):
+        notes.append(XLA_NOTE.format(modes=checked["xla"]))
+        checked["xla"] = []
+    pipelines = checked.get("input_pipeline") or []
+    if "tf.data" in pipelines and not tf_data:
+        why = NO_TF_DATA.format(backend=backend)
+        if not drop_tf_data:
+            raise ValueError(f"input_pipelines {pipelines}: {why}; {TF_DATA_FIX}")
+        checked["input_pipeline"] = [p for p in pipelines if p != "tf.data"]
+        notes.append(f"tf.data: not measured: {why} (`pip install tensorflow-cpu` into this "
+                     "env to add it).")
+    return checked, notes
+
+
+def chapter_values(params: dict) -> tuple[dict[str, list], list[str]]:
+    """The chapter's factor values on the backend Keras runs here, and notes on what it changed;
+    the default input_pipelines list drops tf.data where TensorFlow is absent, a list given
+    by hand that asks for it is refused."""
+    from gpubench import profiles  # noqa: PLC0415 - no framework
+
+    default = profiles.DEFAULTS["full"]["Speed_Factors"]["input_pipelines"]
+    return for_backend(factor_values(params), backends.current().NAME,
+                       backends.part("feeds").tf_data_available(),
+                       drop_tf_data=list(params["input_pipelines"]) == list(default))
+
+
 # --- the numbers the chapter and the report read (no TensorFlow) ---------------------------
 
 
@@ -144,11 +197,11 @@ def verdict(low: float, high: float) -> str:
 
 
 def compare(baseline_rates: Sequence[float], rates: Sequence[float]) -> dict:
-    """Speedup (best rate over best rate), its median twin, and the interval of the paired rounds."""
+    """Speedup (best rate over best rate), its median twin, and the paired rounds' interval."""
     if not baseline_rates or not rates:
         return {"speedup": None, "median_speedup": None, "low": None, "high": None,
                 "verdict": "not measured"}
-    pairs = [r / b for b, r in zip(baseline_rates, rates)]
+    pairs = [r / b for b, r in zip(baseline_rates, rates, strict=False)]  # rounds so far
     speedup = max(rates) / max(baseline_rates)
     low, high = min(pairs + [speedup]), max(pairs + [speedup])
     return {"speedup": speedup,
@@ -160,8 +213,16 @@ def _is_factor_record(record: dict) -> bool:
     return record.get("benchmark") == "train" and record.get("factor") in FACTOR_NAMES
 
 
+def _xla(record: dict) -> str:
+    """The xla factor's value of a record: what ran, and the baseline's on a backend that
+    always compiles (there it is no factor)."""
+    if record.get("backend") in ALWAYS_COMPILED:
+        return BASELINE.xla
+    return "on" if record.get("jit_compile") else "off"
+
+
 def effects(records: Sequence[dict]) -> list[dict]:
-    """Each Speed_Factors record against the baseline of the same env and device, in record order."""
+    """Each Speed_Factors record against the baseline of its env and device, in record order."""
     rows = []
     factor_records = [r for r in records if _is_factor_record(r)]
     baselines = {(r["env"], r["device"]): r for r in factor_records
@@ -174,13 +235,13 @@ def effects(records: Sequence[dict]) -> list[dict]:
         else:
             base_rates = round_rates(base) if ok else []
         row = compare(base_rates, round_rates(record)) if ok else compare([], [])
-        label = _label(record["factor"], {k: record.get(k) if k != "xla" else
-                                          ("on" if record.get("jit_compile") else "off")
+        label = _label(record["factor"], {k: record.get(k) if k != "xla" else _xla(record)
                                           for k in FACTORS})
         rows.append({
             "env": record["env"], "device": record["device"], "factor": record["factor"],
             "label": label, "value": label, **row,
-            "clear": row["verdict"] in ("faster", "slower"), "status": record["status"], "time_boxed": bool(record.get("time_boxed")),
+            "clear": row["verdict"] in ("faster", "slower"), "status": record["status"],
+            "time_boxed": bool(record.get("time_boxed")),
             "steps_measured": record.get("steps_measured"),
             "samples_per_second": record.get("samples_per_second"),
             "test_accuracy": record.get("test_accuracy"),
@@ -264,7 +325,7 @@ def _effect_text(row: dict) -> str:
 
 
 def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
-    """A Markdown table: one line per variant and device, x vs baseline, interval, verdict, accuracy."""
+    """A Markdown table, a line per variant and device: x vs baseline, effect, accuracy."""
     lines = ["| device | variant | x vs baseline (min) | median x | interval | effect | "
              "images/s | steps | GFLOP/s | % of matmul | test accuracy |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -320,6 +381,10 @@ def findings(rows: Sequence[dict]) -> str:
                 text += (f" That is less than {faster[0]['label']} alone: these factors do not "
                          "add up here.")
         out.append(text)
+    compiled = sorted({r["record"].get("backend") for r in rows} & set(ALWAYS_COMPILED))
+    if compiled:
+        out.append("- **XLA**: always on with " + ", ".join(n.upper() for n in compiled)
+                   + ": every row ran compiled, so XLA is not a factor here.")
     return "\n".join(out)
 
 
@@ -327,8 +392,11 @@ def crossover_text(records: Sequence[dict]) -> str:
     """One sentence on the CPU-GPU crossover batch size, or why there is none."""
     devices = {r["device"] for r in records if _is_factor_record(r)}
     if not any(d != "cpu" for d in devices):
+        backend = next((r.get("backend") for r in records if _is_factor_record(r)),
+                       "tensorflow") or "tensorflow"
+        kernel = f"gpubench-{backends.LABEL_PREFIX.get(backend, '')}gpu"
         return ("No GPU in this environment: no CPU-GPU crossover batch size. Run this notebook "
-                "in the gpubench-gpu kernel to get it.")
+                f"in the {kernel} kernel to get it.")
     if "cpu" not in devices:
         return "The CPU was not measured here (devices), so there is no crossover to show."
     size = crossover_batch_size(records)
@@ -337,7 +405,7 @@ def crossover_text(records: Sequence[dict]) -> str:
     return f"CPU-GPU crossover: the GPU trains faster than the CPU from batch size **{size}** on."
 
 
-# --- measuring (TensorFlow from here on, imported inside the functions) ------------------
+# --- measuring (Keras from here on, through gpubench.backends, imported inside the functions)
 
 
 @dataclass
@@ -355,6 +423,7 @@ class _Trainer:
     probe_step_seconds: float = math.inf
     boxed_steps: int | None = None
     round_seconds: list = None
+    round_telemetry: list = field(default_factory=list)
     steps_done: int = 0
     status: str = "ok"
     error: str | None = None
@@ -364,24 +433,28 @@ class _Trainer:
 
     def fail(self, exc: BaseException) -> None:
         """Mark this variant failed ("oom" or "error"); the other variants go on."""
-        self.status = "oom" if checks.is_oom(exc) else "error"
-        self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self.status, self.error = backends.failure(exc)
 
-    def timed(self, steps: int | None) -> float:
-        """Seconds to train `steps` steps (None: one epoch), ended with a device sync.
+    def timed(self, steps: int | None, *, monitor: bool = False) -> float:
+        """Seconds to train `steps` steps (None: one epoch), ended with a sync on the model's
+        variables; with `monitor`, the round's telemetry is kept in `round_telemetry`.
 
         With `fit`, an epoch clock times the steps themselves, as in a long training
         run, not the set-up that each short `fit` call adds.
         """
-        from gpubench import timing  # noqa: PLC0415 - imports TensorFlow
+        from gpubench import telemetry, timing  # noqa: PLC0415
 
         v = self.variant
         if v.input_pipeline == "on_device":
+            watch = telemetry.Monitor(self.device).start() if monitor else None
             start = time.perf_counter()
             self.on_device(steps)
-            timing.sync()
-            return time.perf_counter() - start
-        clock = timing.EpochTimer()
+            timing.sync(list(self.model.variables))
+            seconds = time.perf_counter() - start
+            if watch is not None:
+                self.round_telemetry.append(watch.stop())
+            return seconds
+        clock = timing.epoch_timer(self.device if monitor else None)
         if v.input_pipeline == "tf.data":
             feed = self.dataset if steps is None else self.dataset.take(steps)
             self.model.fit(feed, epochs=1, verbose=0, shuffle=False,  # the dataset shuffles
@@ -390,6 +463,8 @@ class _Trainer:
             n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
             self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=1, verbose=0,
                            callbacks=[clock])
+        if monitor:
+            self.round_telemetry += clock.epoch_telemetry
         return clock.epoch_seconds[0]
 
     def evaluate(self, split) -> None:
@@ -410,66 +485,11 @@ class _Trainer:
         return steady_rates(self.round_seconds, per_round)
 
 
-def _on_device_feed(model, x_dev, y_dev, batch_size: int, steps_per_execution: int,
-                    jit_compile: bool) -> Callable[[int | None], None]:
-    """Training steps on a training set already on the device: batches sliced there, no host copy.
-
-    Like `fit`, a compiled function runs `steps_per_execution` steps per call (the
-    step itself compiled with XLA when the model is); an epoch reshuffles on the device.
-    """
-    from gpubench._tf import tensorflow  # noqa: PLC0415
-
-    tf = tensorflow()
-    n = int(x_dev.shape[0])
-    full, rest = divmod(n, batch_size)
-    perm = tf.Variable(tf.range(n, dtype=tf.int32), trainable=False)
-
-    @tf.function(jit_compile=jit_compile)
-    def one_step(xb, yb):
-        return model.train_step((xb, yb))
-
-    @tf.function
-    def run(first, count):
-        for j in tf.range(count):
-            idx = tf.slice(perm, [(first + j) * batch_size], [batch_size])
-            one_step(tf.gather(x_dev, idx), tf.gather(y_dev, idx))
-
-    @tf.function
-    def run_rest():
-        idx = perm[full * batch_size:]
-        one_step(tf.gather(x_dev, idx), tf.gather(y_dev, idx))
-
-    def steps(count: int | None) -> None:
-        if count is None:  # one epoch
-            perm.assign(tf.random.shuffle(tf.range(n, dtype=tf.int32)))
-            done = 0
-            while done < full:
-                chunk = min(steps_per_execution, full - done)
-                run(tf.constant(done), tf.constant(chunk))
-                done += chunk
-            if rest:
-                run_rest()
-            return
-        done = 0
-        while done < count:  # `count` steps through the shuffled set, wrapping at its end
-            if not full:  # a batch larger than the training set: the whole set each step
-                run_rest()
-                done += 1
-                continue
-            first = done % full
-            chunk = min(steps_per_execution, count - done, full - first)
-            run(tf.constant(first), tf.constant(chunk))
-            done += chunk
-
-    return steps
-
-
 def _make_trainer(variant: Variant, model_name: str, device: str, split, learning_rate) -> _Trainer:
     """Build and compile the variant's model and its feed on `device`."""
-    from gpubench import devices, training  # noqa: PLC0415 - imports TensorFlow
-    from gpubench._tf import tensorflow  # noqa: PLC0415
+    from gpubench import devices, training  # noqa: PLC0415 - loads Keras
 
-    tf = tensorflow()
+    feeds = backends.part("feeds")
     with devices.scope(device):
         model = training.build_model(model_name, device, precision=variant.precision,
                                      learning_rate=learning_rate, xla=variant.xla,
@@ -477,18 +497,18 @@ def _make_trainer(variant: Variant, model_name: str, device: str, split, learnin
         trainer = _Trainer(variant, device, model, split.x_train, split.y_train, round_seconds=[])
         trainer.steps_per_epoch = math.ceil(len(split.x_train) / variant.batch_size)
         if variant.input_pipeline == "tf.data":
-            trainer.dataset = (tf.data.Dataset.from_tensor_slices((split.x_train, split.y_train))
-                               .shuffle(len(split.x_train)).batch(variant.batch_size)
-                               .prefetch(tf.data.AUTOTUNE))
+            if not feeds.tf_data_available():
+                raise ValueError(f"{NO_TF_DATA.format(backend=backends.current().NAME)}; "
+                                 f"{TF_DATA_FIX}")
+            trainer.dataset = feeds.make_dataset(split.x_train, split.y_train,
+                                                 variant.batch_size)
         elif variant.input_pipeline == "on_device":
-            x_dev = tf.identity(tf.constant(split.x_train))
-            y_dev = tf.identity(tf.constant(split.y_train))
             # One fit step builds the optimizer and the metrics before the compiled loop runs.
             n = min(len(split.x_train), variant.batch_size)
             model.fit(split.x_train[:n], split.y_train[:n], batch_size=n, epochs=1, verbose=0)
-            trainer.on_device = _on_device_feed(model, x_dev, y_dev, variant.batch_size,
-                                                variant.steps_per_execution,
-                                                bool(getattr(model, "jit_compile", False)))
+            trainer.on_device = feeds.on_device_feed(
+                model, split.x_train, split.y_train, variant.batch_size,
+                variant.steps_per_execution, bool(getattr(model, "jit_compile", False)), device)
     return trainer
 
 
@@ -555,7 +575,7 @@ def _probe_rate(trainer: _Trainer) -> float:
 
 
 def _prepared(variant: Variant, model_name: str, device: str, split, learning_rate) -> _Trainer:
-    """A built and probed trainer, or a failed one that says why (an OOM at batch 4096 on a small GPU)."""
+    """A built and probed trainer, or a failed one that says why (an OOM at batch 4096, say)."""
     try:
         trainer = _make_trainer(variant, model_name, device, split, learning_rate)
         _probe(trainer)
@@ -596,7 +616,7 @@ def _rounds(trainers: Sequence[_Trainer], device: str, epochs: int, baseline_epo
         for t in (t for t in trainers if t.status == "ok"):
             try:
                 with devices.scope(device):
-                    t.round_seconds.append(t.timed(t.boxed_steps))
+                    t.round_seconds.append(t.timed(t.boxed_steps, monitor=True))
             except Exception as exc:  # noqa: BLE001 - an OOM is a result; the rest go on
                 t.fail(exc)
                 continue
@@ -619,6 +639,8 @@ def measure_device(
     """Probe and run the one-factor variants in interleaved rounds; then the combination of the
     values they found fastest, in rounds interleaved with a fresh baseline."""
     say = progress or (lambda text: None)
+    values, _ = for_backend(values, backends.current().NAME,
+                            backends.part("feeds").tf_data_available())
     trainers = _prepare_all(variants(values), model_name, device, split, learning_rate, say)
     baseline_epoch = _projected_epoch(trainers[0])
     _rounds(trainers, device, epochs, baseline_epoch, say)
@@ -636,15 +658,19 @@ def measure_device(
 
 def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env: str,
             notebook: str) -> dict:
-    """The train record of one measured variant."""
-    from gpubench import results, training  # noqa: PLC0415
+    """The train record of one measured variant, with the telemetry of its rounds."""
+    from gpubench import results, telemetry, training  # noqa: PLC0415
 
     v = trainer.variant
     common = dict(notebook=notebook, env=env, device=trainer.device, model=model_name,
                   dataset=data.name, data_source=data.source, epochs=epochs,
                   batch_size=v.batch_size, train_samples=len(split.x_train), factor=v.factor,
                   precision=v.precision, steps_per_execution=v.steps_per_execution,
-                  input_pipeline=v.input_pipeline, jit_compile=v.xla == "on")
+                  input_pipeline=v.input_pipeline,
+                  jit_compile=backends.current().jit_compile(v.xla) is True,
+                  telemetry=(telemetry.combine(trainer.round_telemetry)
+                             if trainer.round_telemetry else None),
+                  **telemetry.epoch_fields(trainer.round_telemetry))
     if trainer.status != "ok" or len(trainer.round_seconds) < 2:
         return results.make_record("train", status=trainer.status if trainer.status != "ok"
                                    else "error", error=trainer.error or "no steady round",
@@ -677,13 +703,21 @@ def run(
     notebook: str = "Speed_Factors",
     progress: Callable[[str], None] | None = None,
 ) -> list[dict]:
-    """Measure every variant on every device; store and return one train record per variant."""
-    from gpubench import devices, results, training  # noqa: PLC0415 - imports TensorFlow
+    """Measure every variant on every device; store and return one train record per variant.
+
+    The values are those `for_backend` keeps (on JAX no XLA variant, noted through
+    `progress`); tf.data where TensorFlow cannot be imported is refused (ValueError) before
+    anything trains."""
+    from gpubench import devices, results, training  # noqa: PLC0415 - loads Keras
 
     if model_name not in MODELS:
         raise ValueError(f"model {model_name!r} is not one Speed_Factors trains; "
                          f"use one of {', '.join(MODELS)}")
     checks.positive_int("epochs", epochs, minimum=2)
+    values, notes = for_backend(values, backends.current().NAME,
+                                backends.part("feeds").tf_data_available())
+    for note in notes:
+        (progress or (lambda text: None))(note)
     if device_names is None:  # every device of the env, GPUs first
         device_names = devices.list_devices()[1:] + ["cpu"]
     env = env or results.default_env_name()

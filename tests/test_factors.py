@@ -1,4 +1,5 @@
-"""Speed factors: the numbers the chapter and the report print, the time box, and a papermill run."""
+"""Speed factors: the numbers the chapter and the report print, the time box, the backends' feeds,
+and a papermill run."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_speedup_is_baseline_time_over_variant_time_not_inverted():
         _record(factor="xla", jit=True, seconds=(5.0, 2.0, 2.1, 2.2)),
     ])
     batch, xla = _effect(rows, "cpu", "batch_size"), _effect(rows, "cpu", "xla")
-    assert batch["speedup"] == pytest.approx(2.0) and batch["verdict"] == "faster" and batch["clear"]
+    assert batch["speedup"] == pytest.approx(2.0) and batch["verdict"] == "faster"
+    assert batch["clear"]
     assert batch["value"] == "batch 1000" and factors.describe(batch) == "2.00x faster"
     assert xla["speedup"] == pytest.approx(0.5) and xla["verdict"] == "slower"
     assert xla["value"] == "XLA on" and factors.describe(xla) == "2.00x slower"
@@ -159,7 +161,7 @@ def test_the_combination_takes_each_factors_fastest_value_in_the_rounds():
         _trainer("precision", (9, 0.1, 0.1, 0.1), boxed=2, precision="mixed_float16"),  # boxed
         _trainer("xla", (9, 1.5, 1.5, 1.5), xla="on"),  # slower
         _trainer("input_pipeline", (9, 0.9, 0.9, 0.9), input_pipeline="tf.data"),  # clear 1.11x
-        _trainer("input_pipeline", (9, 0.7, 1.3, 0.75), input_pipeline="on_device"),  # 1.43x, unclear
+        _trainer("input_pipeline", (9, 0.7, 1.3, 0.75), input_pipeline="on_device"),  # 1.43x?
     ]
     assert factors.best_settings(trainers) == {
         "batch_size": 1024, "precision": "float32", "xla": "off", "steps_per_execution": 1,
@@ -295,3 +297,111 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     trainer.timed(3)
+
+
+# --- backends: what each backend runs (pure), and the JAX feeds (in the JAX env) ----------
+
+
+def test_jax_has_no_xla_factor_and_tf_data_needs_tensorflow():
+    values = {"batch_size": [100, 1000], "xla": ["off", "on"],
+              "input_pipeline": ["arrays", "tf.data", "on_device"]}
+    kept, notes = factors.for_backend(values, "tensorflow", True)
+    assert kept == values and notes == []
+    kept, notes = factors.for_backend(values, "jax", True)  # TensorFlow beside JAX: tf.data runs
+    assert kept["xla"] == [] and kept["input_pipeline"] == values["input_pipeline"]
+    assert [v.factor for v in factors.variants(kept)] == ["baseline", "batch_size",
+                                                          "input_pipeline", "input_pipeline"]
+    assert notes == [factors.XLA_NOTE.format(modes=["off", "on"])]
+    assert "XLA: always on with JAX" in notes[0]
+    with pytest.raises(ValueError, match=r"'tf.data'.*pip install tensorflow-cpu"):
+        factors.for_backend(values, "jax", False)  # asked for by hand: refused, naming the fix
+    kept, notes = factors.for_backend(values, "jax", False, drop_tf_data=True)  # the default list
+    assert kept["input_pipeline"] == ["arrays", "on_device"]
+    assert any(n.startswith("tf.data: not measured") for n in notes)
+
+
+def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
+    from gpubench import backends, profiles
+
+    defaults = profiles.DEFAULTS["full"]["Speed_Factors"]
+    params = {name: defaults[name] for name in factors.LIST_PARAMS}
+    monkeypatch.setattr(backends.part("feeds"), "tf_data_available", lambda: False)
+    kept, notes = factors.chapter_values(params)
+    assert "tf.data" not in kept["input_pipeline"] and "on_device" in kept["input_pipeline"]
+    assert any("tf.data" in n for n in notes)
+    with pytest.raises(ValueError, match="input_pipelines"):
+        factors.chapter_values({**params, "input_pipelines": ["arrays", "tf.data"]})
+
+
+def test_run_refuses_tf_data_where_tensorflow_cannot_be_imported(monkeypatch):
+    from gpubench import backends, data
+
+    monkeypatch.setattr(backends.part("feeds"), "tf_data_available", lambda: False)
+    dataset = data.load("mnist", source="synthetic", max_train_samples=60, verbose=False)
+    with pytest.raises(ValueError, match=r"tf.data.*pip install tensorflow-cpu"):
+        factors.run("mlp_h1000", dataset, ["cpu"], {"input_pipeline": ["tf.data"]}, epochs=2)
+
+
+def test_jax_records_show_no_xla_change_and_the_findings_say_why():
+    base = {**_record(jit=True, env="jax-cpu"), "backend": "jax"}
+    combined = {**_record(factor="combined", batch_size=1000, jit=True, env="jax-cpu",
+                          seconds=(9, 0.5, 0.5, 0.5)), "backend": "jax"}
+    rows = factors.effects([base, combined])
+    assert _effect(rows, "cpu", "combined")["label"] == "combined (batch 1000)"
+    assert "XLA: always on with JAX" in factors.findings(rows).replace("**", "")
+    assert "XLA" not in factors.findings(factors.effects([_record(), _record(factor="combined")]))
+    assert "gpubench-jax-gpu kernel" in factors.crossover_text([base])
+    assert "gpubench-gpu kernel" in factors.crossover_text([_record()])
+
+
+@pytest.mark.jax
+def test_jax_on_device_and_steps_per_execution_run_compiled_on_the_device(tmp_path):
+    from gpubench import backends, data
+
+    assert backends.current().NAME == "jax", "run this test with KERAS_BACKEND=jax"
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    dataset = data.load("mnist", source="synthetic", max_train_samples=600, verbose=False)
+    values = {"xla": ["off", "on"], "steps_per_execution": [4], "input_pipeline": ["on_device"]}
+    notes = []
+    records = factors.run("mlp_h1000", dataset, ["cpu"], values, epochs=2, store=store,
+                          env="jax-cpu", progress=notes.append)
+    assert any("XLA: always on with JAX" in n for n in notes)
+    assert [r["factor"] for r in records] == ["baseline", "steps_per_execution",
+                                              "input_pipeline", "combined"]
+    assert store.read() == records
+    for r in records:
+        assert r["status"] == "ok", (r["factor"], r["error"])
+        assert r["backend"] == "jax" and r["jit_compile"] is True
+        assert len(r["epoch_seconds"]) == 2 and len(r["epoch_cpu_util_percent"]) == 2
+        assert r["telemetry"]["reason"] == "the device is the CPU"
+    by = {r["factor"]: r for r in records}
+    assert by["steps_per_execution"]["steps_per_execution"] == 4
+    on_device = by["input_pipeline"]
+    assert on_device["input_pipeline"] == "on_device"
+    assert on_device["test_accuracy"] > 0.3  # chance is 0.1: the trained weights were kept
+
+
+@pytest.mark.jax
+def test_jax_on_device_feed_trains_the_models_own_variables():
+    from gpubench import backends, data, training
+
+    assert backends.current().NAME == "jax", "run this test with KERAS_BACKEND=jax"
+    split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+                                                    max_train_samples=660, verbose=False))
+    variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
+                              input_pipeline="on_device")  # 605 images: 6 full batches
+    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)
+    assert trainer.status == "ok", trainer.error
+    before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
+    iterations = int(trainer.model.optimizer.iterations.value)
+    trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 13
+    trainer.timed(None)  # one epoch: 6 steps of 100, then the last 5 images
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 20
+    assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
+    variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
+    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    assert trainer.status == "ok", trainer.error
+    iterations = int(trainer.model.optimizer.iterations.value)
+    trainer.timed(3)
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 3

@@ -52,7 +52,8 @@ test: BACKENDS = tensorflow,jax
 test: setup
 	$(DRIVER) -m ruff check .
 	$(DRIVER) -m pytest -m "not jax" $(PYTEST_ARGS)
-	KERAS_BACKEND=jax $(JAX_DRIVER) -m pytest -m jax $(PYTEST_ARGS)
+	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 \
+	  $(JAX_DRIVER) -m pytest -m jax $(PYTEST_ARGS)
 
 check: setup
 	$(DRIVER) -m pytest -m "not slow and not jax" $(PYTEST_ARGS)

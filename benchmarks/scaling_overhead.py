@@ -1,8 +1,10 @@
-"""gpubench's one-replica scaling step against a bare `model.fit` on one device, same model and data.
+"""gpubench's one-replica scaling step against a bare `model.fit` on one device, same model, data.
 
-The scaling step is what Multi_GPU_Scaling and `gpubench scaling` time: MirroredStrategy
-over one device, `strategy.run` inside a `tf.function`, the loss averaged with
-`tf.nn.compute_average_loss`, the data from `distribute_datasets_from_function`.
+The scaling step is what Multi_GPU_Scaling (and, on TensorFlow, `gpubench scaling`) time, on
+the backend KERAS_BACKEND names: on TensorFlow MirroredStrategy over one device, `strategy.run`
+inside a `tf.function`, the loss averaged with `tf.nn.compute_average_loss`, the data from
+`distribute_datasets_from_function`; on JAX DataParallel over one device, a jitted stateless
+step, the batches placed by the distribution's data layout.
 The bare side is `model.fit` on the CPU with the same batch, no callbacks, no validation.
 Both run in one process and alternate round by round, each round on a freshly built
 model; epoch 1 of each (tracing) is dropped. Prints the images per second of both
@@ -29,9 +31,7 @@ def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[f
 
 def bare_round(name: str, split, epochs: int, batch: int) -> list[float]:
     """Images per second of each steady epoch of a plain model.fit on the CPU."""
-    import tensorflow as tf
-
-    with tf.device("/CPU:0"):
+    with gb.devices.scope("cpu"):
         model = gb.models.build(name)
         clock = epoch_clock()
         model.fit(split.x_train, split.y_train, batch_size=batch, epochs=epochs, callbacks=[clock],
@@ -45,12 +45,12 @@ def main() -> None:
     parser.add_argument("--model", default="mlp_h1000")
     parser.add_argument("--batch", type=int, default=100)
     args = parse_rounds(parser)
-    print(f"{machine()}; {args.model}, {args.rounds} rounds x {args.epochs} epochs, "
-          f"{args.samples} images, batch {args.batch}, synthetic data")
+    print(f"{machine()}; backend {gb.scaling.backend_name()}; {args.model}, {args.rounds} rounds "
+          f"x {args.epochs} epochs, {args.samples} images, batch {args.batch}, synthetic data")
     dataset = "cifar10" if args.model == "cifar_cnn" else "mnist"
     data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples, verbose=False)
     split = gb.training.prepare(args.model, data)
-    strategy, _ = gb.scaling.mirrored(["/CPU:0"])
+    strategy, _ = gb.scaling.strategy(["cpu:0"])
     ours, bare = [], []
     start = time.perf_counter()
     for _ in range(args.rounds):

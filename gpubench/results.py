@@ -43,10 +43,9 @@ EPOCH_TELEMETRY = ("epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_u
 EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
-              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", *EPOCH_TELEMETRY,
-              "data_verified"),
+              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", *EPOCH_TELEMETRY),
     "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
-                "virtual_devices", "devices", "final_loss", *EPOCH_TELEMETRY, "data_verified"),
+                "virtual_devices", "devices", "final_loss", *EPOCH_TELEMETRY),
 }
 BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
 ENVIRONMENT_FIELDS = ("python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version",
@@ -124,7 +123,7 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
         raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {list(allowed)}")
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     environment = environment if environment is not None else environment_snapshot()
     record = {"schema": SCHEMA, "run_id": current_run_id(), "env": env, "notebook": notebook,
               "benchmark": benchmark, "device": device, "status": status, "error": error,

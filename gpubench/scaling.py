@@ -1,27 +1,28 @@
-"""Data-parallel training with TensorFlow's own tf.distribute, and its scaling efficiency.
+"""Data-parallel training over a machine's devices, or several machines, and its scaling efficiency.
 
-- `MirroredStrategy` over the chosen devices of one machine (GPUs, or the CPU split
-  into `virtual_devices` logical devices so the mechanics run without GPUs);
-- `MultiWorkerMirroredStrategy` over several machines (a host:port list and this
-  worker's index, given to TensorFlow as TF_CONFIG).
+What differs by backend lives in `gpubench.backends.<backend>_parallel` (`parallel()`):
+- TensorFlow: `tf.distribute.MirroredStrategy` over the chosen devices of one machine,
+  and `MultiWorkerMirroredStrategy` over several machines (`gpubench scaling`);
+- JAX: `keras.distribution.DataParallel` over the chosen devices (one machine only).
+Either way the devices are GPUs, or the CPU split into `virtual_devices` devices so the
+mechanics run without GPUs.
 
-Both run the same training step: `strategy.run` inside a `tf.function`, the loss
-averaged over the global batch with `tf.nn.compute_average_loss`, the data split by
-the strategy. Keras 3's `fit` cannot be that shared step: it fails under
-MultiWorkerMirroredStrategy (keras-team/keras#20585). Epochs are timed as `training` times
-them: a device sync ends each, epoch 1 is reported on its own, the steady figure is the
-median of epochs 2..n (`training.timing_fields`).
+Every replica count runs the same kind of training step: one compiled step per global batch,
+the loss averaged over the global batch, the gradients added across replicas (the
+all-reduce), the data split by the distribution. Epochs are timed as `training` times them:
+a sync on the model's variables ends each, epoch 1 is reported on its own, the steady figure
+is the median of epochs 2..n (`training.timing_fields`), and a telemetry.Monitor covers each.
 
-No TensorFlow at import time: `include_in_run` and `check_params` are pure Python.
+No framework at import time: `include_in_run`, `check_params` and `split_cpu`'s choice of
+backend are pure Python (`split_cpu` must run before the framework sets up its devices).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import importlib
 import multiprocessing
 import os
-import platform
 import re
 import signal
 import socket
@@ -30,21 +31,25 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
-from gpubench import checks, profiles, results
-from gpubench._tf import tensorflow as _tf
+from gpubench import backends, checks, profiles, results, telemetry
 from gpubench.notebook import check_value
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
 _CPU_N = re.compile(r"^/?(?:device:)?cpu:(\d+)$", re.IGNORECASE)
-_cluster_process = False  # set once this process joined a MultiWorkerMirroredStrategy cluster
+# Set by `launch_local` in each worker's environment: the launcher's PID (the worker dies with
+# it), and the run directory whose lock the launcher holds for the workers.
+LAUNCHER_ENV = "GPUBENCH_SCALING_LAUNCHER"
+LOCKED_ENV = "GPUBENCH_SCALING_LOCKED"
+CLUSTER_BACKEND = "tensorflow"  # the backend of the several-machine mode
 
 
-# ---------------------------------------------------------------- rules without TensorFlow
+# ---------------------------------------------------------------- rules without a framework
 
 
 def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
@@ -53,6 +58,8 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
 
     Two or more GPUs: as it is. Else on the CPU split into two virtual devices, only in a CPU
     env's quick profile or when asked for by name, so the full run keeps to its time budget.
+    On JAX the chapter's first cell splits the CPU (XLA_FLAGS) before JAX loads: no kernel
+    environment is needed.
     """
     if env_is_gpu and gpu_count >= 2:
         return {}
@@ -62,7 +69,7 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
 
 
 def check_params(params: dict) -> dict:
-    """Check Multi_GPU_Scaling's own parameters (no TensorFlow); return them normalised.
+    """Check Multi_GPU_Scaling's own parameters (no framework); return them normalised.
 
     `devices` and `replicas` become lists (or stay None) by the project's rule, `check_value`;
     device names are checked against the machine later, by `local_devices`.
@@ -117,59 +124,60 @@ def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tu
 # ---------------------------------------------------------------- devices and strategies
 
 
+def backend_name() -> str:
+    """The backend this process trains on: Keras's, once loaded, else the one it will load."""
+    if "keras" in sys.modules:
+        return backends.current().NAME
+    return backends.requested()
+
+
+def parallel() -> ModuleType:
+    """The backend's data-parallel module (gpubench.backends.<backend>_parallel); loads no framework
+    by itself."""
+    return importlib.import_module(f"gpubench.backends.{backend_name()}_parallel")
+
+
 def split_cpu(count: int | None) -> None:
-    """Split the CPU into `count` logical devices; must run before TensorFlow initialises them."""
+    """Split the CPU into `count` devices (None: leave it); must run before the backend sets up
+    its devices: first thing in a chapter (on JAX it sets XLA_FLAGS before JAX loads)."""
     if count is None:
         return
     checks.positive_int("virtual_devices", count)
-    tf = _tf()
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    current = tf.config.get_logical_device_configuration(cpu) or [None]
-    if len(current) == count:
-        return
-    try:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
-    except RuntimeError:
-        raise RuntimeError(
-            f"virtual_devices={count}: TensorFlow has already set up its devices in this process "
-            f"({len(current)} CPU device(s)); restart the kernel and set virtual_devices "
-            "before anything else runs") from None
+    parallel().split_cpu(count)
 
 
 def local_devices(names: Sequence[str] | None = None) -> list[str]:
-    """TensorFlow names of the devices to replicate over: `names`, else every GPU, else every CPU.
+    """Canonical names of the devices to replicate over: `names`, else every GPU, else every CPU
+    device ("cpu:0", "cpu:1", ... when the CPU is split).
 
     "cpu:N" names a virtual CPU device (see `split_cpu`); other names go through
     `devices.resolve`, so a GPU asked for and not there raises GPUNotAvailableError.
     """
-    from gpubench import devices  # noqa: PLC0415 - imports TensorFlow
+    from gpubench import devices  # noqa: PLC0415 - loads the backend
 
-    tf = _tf()  # the CPU's logical devices, without initialising TensorFlow's (GPU memory growth)
-    cpus = len(tf.config.get_logical_device_configuration(
-        tf.config.list_physical_devices("CPU")[0]) or [None])
+    cpus = parallel().cpu_count()
     if names is None:
-        gpus = devices.list_devices()[1:]
-        return [devices.tf_name(g) for g in gpus] or [f"/CPU:{i}" for i in range(cpus)]
+        return devices.list_devices()[1:] or [f"cpu:{i}" for i in range(cpus)]
     chosen = []
     for name in names:
         match = _CPU_N.match(str(name).strip())
         if match and int(match.group(1)) > 0:
             if int(match.group(1)) >= cpus:
                 raise devices.DeviceError(
-                    f"unknown device {name!r}: TensorFlow has {cpus} CPU device(s); use cpu:0 to "
-                    f"cpu:{cpus - 1}, or set virtual_devices to split the CPU into more")
-            chosen.append(f"/CPU:{match.group(1)}")
+                    f"unknown device {name!r}: {backend_name()} has {cpus} CPU device(s); use "
+                    f"cpu:0 to cpu:{cpus - 1}, or set virtual_devices to split the CPU into more")
+            chosen.append(f"cpu:{match.group(1)}")
         else:
-            chosen.append(devices.tf_name(name))
+            chosen.append(canonical(devices.resolve(name)))
     if len(set(chosen)) != len(chosen):
         raise devices.DeviceError(f"devices {list(names)!r} name a device twice; give each once")
     return chosen
 
 
-def canonical(tf_device: str) -> str:
-    """"/GPU:1" -> "gpu:1", "/CPU:0" -> "cpu:0" (the names records carry)."""
-    return tf_device.strip("/").lower()
+def canonical(device: str) -> str:
+    """"/GPU:1" -> "gpu:1", "/CPU:0" and "cpu" -> "cpu:0" (the names records carry)."""
+    kind, _, index = device.strip("/").lower().removeprefix("device:").partition(":")
+    return f"{kind}:{index or 0}"
 
 
 def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[int]:
@@ -184,36 +192,17 @@ def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[in
     return sorted(set(replicas))
 
 
-def mirrored(device_names: Sequence[str]):
-    """(MirroredStrategy over `device_names`, the all-reduce it uses)."""
-    tf = _tf()
-    if len(device_names) == 1:
-        ops, name = tf.distribute.ReductionToOneDevice(), "none (one replica)"
-    elif all("GPU" in d.upper() for d in device_names) and platform.system() == "Linux":
-        ops, name = tf.distribute.NcclAllReduce(), "NCCL"
-    elif all("GPU" in d.upper() for d in device_names):
-        ops, name = tf.distribute.HierarchicalCopyAllReduce(), "hierarchical copy"
-    else:
-        ops, name = tf.distribute.ReductionToOneDevice(), "reduction to one device"
-    return tf.distribute.MirroredStrategy(devices=list(device_names), cross_device_ops=ops), name
+def strategy(device_names: Sequence[str]):
+    """(the backend's distribution over `device_names`, the all-reduce it uses): MirroredStrategy
+    on TensorFlow, DataParallel on JAX."""
+    return parallel().strategy([canonical(d) for d in device_names])
 
 
-def multi_worker(cluster: Sequence[str], index: int):
-    """(MultiWorkerMirroredStrategy for worker `index` of `cluster`, the all-reduce it uses).
-
-    Sets TF_CONFIG; create it before any other TensorFlow work in the process.
-    """
-    global _cluster_process
-    _cluster_process = True
-    os.environ["TF_CONFIG"] = json.dumps(
-        {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": index}})
-    tf = _tf()
-    impl = tf.distribute.experimental.CommunicationImplementation
-    gpus = bool(tf.config.list_physical_devices("GPU"))
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl.NCCL if gpus else impl.RING)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    return strategy, "NCCL" if gpus else "ring (gRPC collectives)"
+def telemetry_device(device_names: Sequence[str]) -> str:
+    """The device a telemetry.Monitor watches for a run on `device_names`: the first GPU, else
+    "cpu" (NVML reads one GPU at a time)."""
+    gpus = [canonical(d) for d in device_names if canonical(d).startswith("gpu")]
+    return gpus[0] if gpus else "cpu"
 
 
 # ---------------------------------------------------------------- the shared training step
@@ -230,6 +219,7 @@ class Measured:
     test_loss: float
     test_accuracy: float
     flops_per_sample: int | None = None
+    epoch_telemetry: list[dict] = field(default_factory=list)
 
     @property
     def final_loss(self) -> float:
@@ -237,91 +227,47 @@ class Measured:
         return self.epoch_losses[-1]
 
 
-def distributed_input(strategy, x, y, batch: int, *,
-                      seed: int = 0, shuffle: bool = True):
-    """(distributed dataset, steps per epoch, images per epoch) for a global batch of `batch`;
-    every replica gets the same number of full batches, so no worker waits on another."""
-    tf = _tf()
-    steps = len(x) // batch
+def steps_per_epoch(images: int, batch: int) -> tuple[int, int]:
+    """(steps, images used) of an epoch of whole global batches of `batch`: every replica gets
+    the same number of full batches, so no replica or worker waits on another."""
+    steps = images // batch
     if steps == 0:
-        raise ValueError(f"{len(x)} training images are fewer than one global batch of {batch}; "
+        raise ValueError(f"{images} training images are fewer than one global batch of {batch}; "
                          "use a larger max_train_samples or a smaller per_replica_batch_size")
-    used = steps * batch
-
-    def dataset_fn(context):
-        data = tf.data.Dataset.from_tensor_slices((x[:used], y[:used]))
-        if shuffle:  # same seed on every worker: the same order, then disjoint shards
-            data = data.shuffle(used, seed=seed, reshuffle_each_iteration=True)
-        data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
-        data = data.batch(context.get_per_replica_batch_size(batch), drop_remainder=True)
-        return data.prefetch(tf.data.AUTOTUNE)  # the next batch is ready while a step runs
-
-    return strategy.distribute_datasets_from_function(dataset_fn), steps, used
+    return steps, steps * batch
 
 
-def make_step(strategy, model, batch: int):
-    """The compiled training step both strategies share: one global batch, gradients all-reduced."""
-    tf = _tf()
-    from_logits = model.loss.get_config().get("from_logits", False)
-    per_example = model.loss.__class__(from_logits=from_logits, reduction=None)
-
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(per_example(y, model(x, training=True)),
-                                              global_batch_size=batch)
-        grads = tape.gradient(loss, model.trainable_variables)
-        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    @tf.function(jit_compile=False)
-    def step(iterator):
-        losses = strategy.run(replica_step, args=next(iterator))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-
-    return step
-
-
-def train(strategy, model_name: str, split, *, batch: int, epochs: int, seed: int = 0,
-          shuffle: bool = True, verbose: bool = True) -> Measured:
-    """Build `model_name` in `strategy`'s scope and train it for `epochs` with the shared step."""
-    tf = _tf()
-    from gpubench import models  # noqa: PLC0415 - imports TensorFlow
+def train(found, model_name: str, split, *, batch: int, epochs: int, seed: int = 0,
+          shuffle: bool = True, verbose: bool = True, monitor: str = "cpu") -> Measured:
+    """Build `model_name` in the distribution `found`'s scope and train it for `epochs` with the
+    backend's shared step; a telemetry.Monitor on `monitor` ("cpu" or "gpu:N") covers each epoch."""
+    from gpubench import models  # noqa: PLC0415 - loads the backend
 
     checks.positive_int("epochs", epochs)
+    par = parallel()
     models.keras.utils.set_random_seed(seed)
-    with strategy.scope():
+    with par.scope(found):
         model = models.build(model_name)
         model.optimizer.build(model.trainable_variables)
-    data, steps, used = distributed_input(strategy, split.x_train, split.y_train, batch,
-                                          seed=seed, shuffle=shuffle)
-    step = make_step(strategy, model, batch)
-    seconds, losses = [], []
+    steps, used = steps_per_epoch(len(split.x_train), batch)
+    data = par.distributed_input(found, split.x_train[:used], split.y_train[:used], batch,
+                                 seed=seed, shuffle=shuffle)
+    step = par.make_step(found, model, batch)
+    seconds, losses, watched = [], [], []
     for epoch in range(epochs):
+        watch = telemetry.Monitor(monitor).start()
         start = time.perf_counter()
-        iterator = iter(data)
-        step_losses = [step(iterator) for _ in range(steps)]
-        _sync(model)
+        loss = par.run_epoch(step, data, steps)
+        par.sync(model)  # the epoch's updates, all of them
         seconds.append(time.perf_counter() - start)
-        losses.append(float(tf.add_n(step_losses)) / steps)
+        watched.append(watch.stop())
+        losses.append(float(loss) / steps)
         if verbose:
             print(f"  epoch {epoch + 1}/{epochs}: {seconds[-1]:.2f} s, loss {losses[-1]:.4f}",
                   flush=True)
     test_loss, test_accuracy = evaluate(model, split.x_test, split.y_test)
     return Measured(seconds, losses, steps, used, test_loss, test_accuracy,
-                    models.flops_per_sample(model))
-
-
-def _sync(model) -> None:
-    """Wait until the epoch's work is done: a device sync, or across workers the updated weights."""
-    from gpubench import timing  # noqa: PLC0415 - imports TensorFlow
-
-    if _cluster_process:
-        # sync_devices fails once MultiWorkerMirroredStrategy has set up the cluster;
-        # reading a weight waits for every update queued before it, all-reduce included.
-        for variable in model.trainable_variables:
-            variable.numpy()
-    else:
-        timing.sync()
+                    models.flops_per_sample(model), watched)
 
 
 def evaluate(model, x, y, batch: int = 1000) -> tuple[float, float]:
@@ -329,7 +275,8 @@ def evaluate(model, x, y, batch: int = 1000) -> tuple[float, float]:
     import numpy as np  # noqa: PLC0415 - no numpy at import time
     if len(x) == 0:
         return float("nan"), float("nan")
-    out = np.concatenate([model(x[i:i + batch], training=False) for i in range(0, len(x), batch)])
+    out = np.concatenate([np.asarray(model(x[i:i + batch], training=False))
+                          for i in range(0, len(x), batch)])
     return float(model.loss(y, out)), float(np.mean(np.argmax(out, axis=1) == y))
 
 
@@ -344,9 +291,10 @@ def _placed(devices: Sequence[str]) -> dict:
 
 def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
     """The `scaling` record of one run (`fields`: where and how), with its efficiency against
-    the one-replica run's `one_replica_sps`."""
-    from gpubench import training  # noqa: PLC0415 - imports TensorFlow
+    the one-replica run's `one_replica_sps`, and the telemetry of its epochs."""
+    from gpubench import training  # noqa: PLC0415 - loads the backend
 
+    par = parallel()
     timed = training.timing_fields(measured.epoch_seconds, measured.train_samples,
                                    measured.flops_per_sample)
     base = fields["replicas"] * one_replica_sps if one_replica_sps else None
@@ -354,10 +302,13 @@ def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
         "scaling", **fields, **timed, epochs=len(measured.epoch_seconds),
         batch_size=fields["global_batch_size"], train_samples=measured.train_samples,
         validation_samples=0, steady_epoch_min=min(measured.epoch_seconds[1:], default=None),
-        test_accuracy=measured.test_accuracy, test_loss=measured.test_loss, jit_compile=False,
-        precision="float32", steps_per_execution=1, input_pipeline="tf.data",
-        flops_per_sample=measured.flops_per_sample, final_loss=measured.final_loss,
+        test_accuracy=measured.test_accuracy, test_loss=measured.test_loss,
+        jit_compile=par.JIT_COMPILE, precision="float32", steps_per_execution=1,
+        input_pipeline=par.INPUT_PIPELINE, flops_per_sample=measured.flops_per_sample,
+        final_loss=measured.final_loss,
         scaling_efficiency=timed["samples_per_second"] / base if base else None,
+        telemetry=telemetry.combine(measured.epoch_telemetry),
+        **telemetry.epoch_fields(measured.epoch_telemetry),
     )
 
 
@@ -366,7 +317,7 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
           scaling: str = "weak", epochs: int = 3, virtual_devices: int | None = None,
           store: results.ResultsStore | None = None, env: str | None = None,
           notebook: str = NOTEBOOK, seed: int = 0) -> list[dict]:
-    """Train `model_name` with MirroredStrategy on 1, 2, ... of `devices`; one record per count.
+    """Train `model_name` data-parallel on 1, 2, ... of `devices`; one record per count.
 
     Efficiency compares each count with the one-replica run of this sweep (None
     when 1 is not among `replicas`). Records go to `store` as each run finishes.
@@ -379,26 +330,30 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     split_cpu(virtual_devices)
     chosen = local_devices(params["devices"])
     counts = check_replicas(params["replicas"], len(chosen))
+    cpus = parallel().cpu_count()
+    if virtual_devices is None and chosen[0].startswith("cpu") and cpus > 1:
+        virtual_devices = cpus  # the CPU was split before the sweep (XLA_FLAGS, split_cpu)
     split = training.prepare(model_name, data)
     env = env or results.default_env_name()
+    kind = parallel().STRATEGY
     records, base = [], None
     for count in counts:
         batch, per_replica = global_batch(scaling, per_replica_batch_size, count)
-        strategy, all_reduce = mirrored(chosen[:count])
         fields = dict(notebook=notebook, env=env, **_placed(chosen[:count]), model=model_name,
-                      dataset=data.name, data_source=data.source, strategy="mirrored",
+                      dataset=data.name, data_source=data.source, strategy=kind,
                       replicas=count, workers=1, global_batch_size=batch,
-                      per_replica_batch_size=per_replica, scaling=scaling, all_reduce=all_reduce,
+                      per_replica_batch_size=per_replica, scaling=scaling,
                       virtual_devices=virtual_devices)
-        print(f"{count} replica(s) on {', '.join(fields['devices'])}: global batch {batch} "
-              f"({per_replica} per replica), all-reduce {all_reduce}", flush=True)
         try:
-            measured = train(strategy, model_name, split, batch=batch, epochs=epochs, seed=seed)
+            found, fields["all_reduce"] = strategy(chosen[:count])
+            print(f"{count} replica(s) on {', '.join(fields['devices'])}: global batch {batch} "
+                  f"({per_replica} per replica), all-reduce {fields['all_reduce']}", flush=True)
+            measured = train(found, model_name, split, batch=batch, epochs=epochs, seed=seed,
+                             monitor=telemetry_device(chosen[:count]))
         except BaseException as exc:
             if store is not None:
-                store.append(results.make_record(
-                    "scaling", status="oom" if checks.is_oom(exc) else "error",
-                    error=f"{type(exc).__name__}: {exc}".strip(), **fields))
+                status, error = backends.failure(exc)
+                store.append(results.make_record("scaling", status=status, error=error, **fields))
             raise
         records.append(record(measured, base, **fields))
         if count == 1:
@@ -510,38 +465,111 @@ def cli_params(profile: str | None) -> dict:
     return check_params(profiles.resolve(NOTEBOOK, profile=profile)[0])
 
 
+def check_cluster_backend() -> None:
+    """A ValueError unless the backend runs the several-machine mode (TensorFlow only)."""
+    name = backends.requested()
+    if name != CLUSTER_BACKEND:
+        raise ValueError(
+            f"KERAS_BACKEND={name!r}: gpubench scaling (--local-workers, --cluster) runs "
+            "TensorFlow's MultiWorkerMirroredStrategy and has no JAX mode; run it with "
+            "KERAS_BACKEND=tensorflow, or run the chapter Multi_GPU_Scaling for JAX's "
+            "DataParallel over one machine's devices")
+
+
+def lock_out(out: Path, stack: contextlib.ExitStack) -> None:
+    """Hold the run-directory lock of `out` until `stack` closes, unless this process is a worker
+    whose launcher holds it for `out`; a second holder gets a UsageError naming the first."""
+    from gpubench import runner  # noqa: PLC0415 - the run-directory lock lives there
+
+    launcher, held = os.environ.get(LAUNCHER_ENV), os.environ.get(LOCKED_ENV)
+    if launcher == str(os.getppid()) and held == str(out.resolve()):
+        return
+    runner.lock_run_dir(out, stack)
+
+
+def tie_to_parent(parent: int) -> None:
+    """End this process when `parent` (its parent's PID) dies, even by kill -9: the kernel sends
+    SIGKILL (PR_SET_PDEATHSIG) on Linux; elsewhere a thread polls the parent's PID."""
+    if sys.platform.startswith("linux"):
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        if os.getpgid(0) == os.getpid():  # a worker leads its group: end its children too
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _die_with_launcher():
+    """A Popen preexec_fn (Linux; None elsewhere) that kills the worker when the launcher dies,
+    set between fork and exec so no moment of the worker's life is untied."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # noqa: PLC0415
+
+    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None,
                out: str | os.PathLike | None = None, replicas: int | None = None) -> int:
     """Worker `index` of `cluster`: train with MultiWorkerMirroredStrategy; worker 0 writes records.
 
-    Worker 0 then trains the same model on one local device, the one-replica run
-    the efficiency is measured against, and writes both records to RUN_DIR/results.jsonl.
+    Worker 0 first trains the same model on one local device, the one-replica run the
+    efficiency is measured against, then writes both records to RUN_DIR/results.jsonl,
+    holding the run-directory lock (unless its launcher holds it).
     """
+    check_cluster_backend()
     params = cli_params(profile)
-    if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
-        print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            single = pool.apply(_one_replica, (params,))
-    tf = _tf()
-    gpus = tf.config.list_physical_devices("GPU")
-    here = max(len(gpus), 1)
-    if (replicas or here) > here:
-        raise ValueError(f"--replicas {replicas} is more than the {here} device(s) of this worker "
-                         f"({len(gpus)} GPU(s)); use at most {here}")
-    if gpus:
-        tf.config.set_visible_devices(gpus[:replicas or here], "GPU")
-    strategy, all_reduce = multi_worker(cluster, index)
-    count = strategy.num_replicas_in_sync
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if launcher and launcher.isdigit():
+        tie_to_parent(int(launcher))
+    with contextlib.ExitStack() as stack:
+        if index == 0:
+            out = Path(out or default_out())
+            lock_out(out, stack)
+        print(f"worker {index} of {len(cluster)}: pid {os.getpid()}", flush=True)
+        if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
+            print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
+            with multiprocessing.get_context("spawn").Pool(
+                    1, initializer=tie_to_parent, initargs=(os.getpid(),)) as pool:
+                single = pool.apply(_one_replica, (params,))
+        return _cluster_part(cluster, index, params, out, replicas,
+                             single if index == 0 else None)
+
+
+def _cluster_part(cluster: Sequence[str], index: int, params: dict, out: Path | None,
+                  replicas: int | None, single) -> int:
+    """Train in the cluster; worker 0 writes its record and the one-replica run's."""
+    par = parallel()  # TensorFlow's: check_cluster_backend
+    _, gpus = par.worker_devices(replicas)
+    found, all_reduce = par.multi_worker(cluster, index)
+    count = found.num_replicas_in_sync
     print(f"worker {index} of {len(cluster)}: {count} replica(s) in sync, all-reduce "
           f"{all_reduce}", flush=True)
     loaded, split = _data(params)
     batch, per_replica = global_batch(params["scaling"], params["per_replica_batch_size"], count)
-    measured = train(strategy, params["model"], split, batch=batch, epochs=params["epochs"])
+    measured = train(found, params["model"], split, batch=batch, epochs=params["epochs"],
+                     monitor="gpu:0" if gpus else "cpu")
     print(f"final_loss {measured.final_loss!r}", flush=True)
     if index != 0:
         return 0
     single, local, one_reduce = single
-    store = results.ResultsStore(Path(out or default_out()) / "results.jsonl")
+    store = results.ResultsStore(Path(out) / "results.jsonl")
     common = dict(notebook=CLI_NOTEBOOK, env=results.default_env_name(), model=params["model"],
                   dataset=loaded.name, data_source=loaded.source, scaling=params["scaling"])
     one = params["per_replica_batch_size"]
@@ -561,16 +589,20 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
 
 def _one_replica(params: dict) -> tuple[Measured, list[str], str]:
     """The one-replica run of `params` on this machine's first device (run in a child process)."""
-    local = ["/GPU:0" if _tf().config.list_physical_devices("GPU") else "/CPU:0"]
-    strategy, all_reduce = mirrored(local)
-    measured = train(strategy, params["model"], _data(params)[1],
-                     batch=params["per_replica_batch_size"], epochs=params["epochs"])
-    return measured, local, all_reduce
+    from gpubench import devices  # noqa: PLC0415 - loads the backend
+
+    print(f"worker 0: the one-replica run in pid {os.getpid()}", flush=True)
+    local = devices.list_devices()[1:2] or ["cpu:0"]
+    found, all_reduce = strategy(local)
+    measured = train(found, params["model"], _data(params)[1],
+                     batch=params["per_replica_batch_size"], epochs=params["epochs"],
+                     monitor=telemetry_device(local))
+    return measured, [canonical(d) for d in local], all_reduce
 
 
 def _data(params: dict):
     """(`params`' dataset, loaded; its split for `params["model"]`)."""
-    from gpubench import data, training  # noqa: PLC0415 - imports TensorFlow
+    from gpubench import data, training  # noqa: PLC0415 - loads the backend
 
     loaded = data.load(params["dataset"], source=params["data_source"], data_dir=params["data_dir"],
                        max_train_samples=params["max_train_samples"])
@@ -628,14 +660,25 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
                  replicas: int | None = None, timeout: float = 1800.0) -> int:
     """Run `count` workers on 127.0.0.1 (free ports) and wait; 0 when all succeed.
 
-    A worker that fails ends the run at once (exit 1, or 2 for bad input), naming it
-    and its last output line; every worker is ended on every way out, Ctrl-C included.
+    The launcher holds the run directory's lock for the run. Each worker dies with the launcher
+    (even by kill -9) and leads its own process group. A worker that fails ends the run at once
+    (exit 1, or 2 for bad input), naming it and its last output line; every worker is ended on
+    every way out, Ctrl-C included.
     """
+    check_cluster_backend()
     checks.positive_int("--local-workers", count)
     cli_params(profile)  # bad profile or parameters: fail before any worker starts
     out = Path(out or default_out())
+    with contextlib.ExitStack() as stack:
+        lock_out(out, stack)
+        return _launch(count, profile, out, replicas, timeout)
+
+
+def _launch(count: int, profile: str | None, out: Path, replicas: int | None,
+            timeout: float) -> int:
     cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
-    env = dict(os.environ, GPUBENCH_RUN_ID=results.current_run_id())
+    env = dict(os.environ, GPUBENCH_RUN_ID=results.current_run_id(),
+               **{LAUNCHER_ENV: str(os.getpid()), LOCKED_ENV: str(out.resolve())})
     workers: list[_Worker] = []
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt
     try:
@@ -645,7 +688,8 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
             cmd += ["--profile", profile] if profile else []
             cmd += ["--replicas", str(replicas)] if replicas else []
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, bufsize=1, start_new_session=True, env=env)
+                                    text=True, bufsize=1, start_new_session=True, env=env,
+                                    preexec_fn=_die_with_launcher())
             workers.append(_Worker(index, proc))
             print(f"worker {index}: pid {proc.pid} on {cluster.split(',')[index]}", flush=True)
         return _watch(workers, time.monotonic() + timeout)
@@ -661,7 +705,7 @@ def _watch(workers: Sequence[_Worker], deadline: float) -> int:
     """Wait for every worker; the first failure or the deadline ends the wait."""
     while True:
         codes = [w.proc.poll() for w in workers]
-        for w, code in zip(workers, codes):
+        for w, code in zip(workers, codes, strict=True):
             if code not in (None, 0):
                 w.reader.join(timeout=2)  # its last words
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -678,7 +722,8 @@ def _watch(workers: Sequence[_Worker], deadline: float) -> int:
 
 
 def cli_main(args) -> int:
-    """`gpubench scaling`: local workers, or this machine's part of a cluster."""
+    """`gpubench scaling`: local workers, or this machine's part of a cluster (TensorFlow only)."""
+    check_cluster_backend()
     if args.replicas is not None:
         checks.positive_int("--replicas", args.replicas)
     if args.local_workers is not None:

@@ -1,12 +1,19 @@
-"""Data-parallel training (issue 10): the shared step, the chapter, `gpubench scaling`, bad input."""
+"""Data-parallel training: the shared step on each backend, the chapter, `gpubench scaling`.
+
+Tests marked `jax` run in the JAX env, started with KERAS_BACKEND=jax and
+XLA_FLAGS=--xla_force_host_platform_device_count=2; the others in the TensorFlow env.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,9 +22,11 @@ import numpy as np
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import results, scaling
+from gpubench import backends, results, scaling
 
 CLI = [sys.executable, "-m", "gpubench", "scaling"]
+TWO_PORTS = "127.0.0.1:12345,127.0.0.1:12346"
+on_jax = pytest.mark.skipif(backends.requested() != "jax", reason="needs KERAS_BACKEND=jax")
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -47,7 +56,8 @@ GOOD = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_ba
 
 
 @pytest.mark.parametrize(("change", "named"), [
-    ({"replicas": [1, 0]}, "replicas"), ({"replicas": 0}, "replicas"), ({"replicas": []}, "replicas"),
+    ({"replicas": [1, 0]}, "replicas"), ({"replicas": 0}, "replicas"),
+    ({"replicas": []}, "replicas"),
     ({"scaling": "linear"}, "linear"), ({"model": "resnet"}, "resnet"),
     ({"per_replica_batch_size": 0}, "per_replica_batch_size"), ({"epochs": 1.5}, "epochs"),
     ({"virtual_devices": 0}, "virtual_devices"), ({"devices": []}, "devices"),
@@ -106,7 +116,7 @@ def test_one_replica_step_matches_a_plain_single_device_step():
     from gpubench import models
 
     split = _split(330)  # 300 training images after the validation hold-out: 3 batches of 100
-    strategy, all_reduce = scaling.mirrored(["/CPU:0"])
+    strategy, all_reduce = scaling.strategy(["/CPU:0"])
     measured = scaling.train(strategy, "mlp_h1000", split, batch=100, epochs=2, seed=7,
                              shuffle=False, verbose=False)
     assert measured.steps == 3 and all_reduce == "none (one replica)"
@@ -121,7 +131,7 @@ def test_one_replica_step_matches_a_plain_single_device_step():
             with tf.GradientTape() as tape:
                 loss = model.loss(y, model(x, training=True))
             grads = tape.gradient(loss, model.trainable_variables)
-            model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            model.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             losses.append(float(loss))
         plain.append(np.mean(losses))
     assert plain[1] < plain[0]  # it trains
@@ -153,7 +163,8 @@ def test_a_gpu_asked_for_and_not_there_raises_the_guard(fake_machine):
 def test_reading_says_where_efficiency_drops():
     def rec(replicas, sps, eff, acc):
         return {"status": "ok", "replicas": replicas, "samples_per_second": sps,
-                "scaling_efficiency": eff, "test_accuracy": acc, "global_batch_size": 100 * replicas,
+                "scaling_efficiency": eff, "test_accuracy": acc,
+                "global_batch_size": 100 * replicas,
                 "all_reduce": "NCCL", "virtual_devices": None, "strategy": "mirrored",
                 "workers": 1, "final_loss": 0.1}
 
@@ -287,3 +298,197 @@ def test_replicas_above_the_devices_exits_2(tmp_path):
                 "--out", str(tmp_path / "run"), timeout=300)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "--replicas 2 is more than the 1 device(s) of this worker" in proc.stdout + proc.stderr
+
+
+def _kill_groups(groups: set[int]) -> None:
+    """SIGKILL what is left of the process groups `groups` (a failed test leaves nothing behind)."""
+    for group in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_ends_every_worker_and_the_lock_stops_a_second_run(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*CLI, "--local-workers", "2", "--profile", "quick",
+                             "--out", str(run_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+    guard = threading.Timer(600, proc.kill)  # never hang the suite on a launcher that stalls
+    guard.start()
+    launched, started, child = {}, {}, None
+    try:
+        for line in proc.stdout:
+            if match := re.match(r"worker (\d): pid (\d+) on ", line):
+                launched[int(match[1])] = int(match[2])
+            if match := re.match(r"\[worker (\d)\] worker \d of 2: pid (\d+)$", line):
+                started[int(match[1])] = int(match[2])
+            if match := re.match(r"\[worker 0\] worker 0: the one-replica run in pid (\d+)$", line):
+                child = int(match[1])
+            if len(started) == 2 and child:
+                break
+        assert started == launched and len(launched) == 2 and child, "the workers did not start"
+        # while the launcher runs, a second run on its directory is refused, naming it
+        second = _cli("--local-workers", "2", "--profile", "quick", "--out", str(run_dir),
+                      timeout=120)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert f"in use by another gpubench run (PID {proc.pid})" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
+
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60  # generous: the workers die at once, the check is slow
+        while _left_in_groups(set(launched.values())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _left_in_groups(set(launched.values())), "a worker outlived its launcher"
+        assert not Path(f"/proc/{child}/status").exists() or "State:\tZ" in Path(
+            f"/proc/{child}/status").read_text(), "worker 0's one-replica child outlived it"
+    finally:
+        guard.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        _kill_groups(set(launched.values()))
+
+
+POLLED_CHILD = """
+import os, subprocess, sys
+code = ("import os, sys, time; sys.platform = 'darwin'; from gpubench import scaling; "
+        "scaling.tie_to_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(120)")
+child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+print(child.stdout.readline().strip(), flush=True)
+"""
+
+
+def test_where_there_is_no_pdeathsig_a_worker_polls_its_parent_and_dies_with_it():
+    """The non-Linux way (sys.platform faked): the parent exits; its tied child follows it."""
+    proc = subprocess.run([sys.executable, "-c", POLLED_CHILD], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=python_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    child = int(proc.stdout.strip())
+    try:
+        deadline = time.monotonic() + 30
+        while _left_in_groups({child}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _left_in_groups({child}), "the child outlived its parent"
+    finally:
+        _kill_groups({child})
+
+
+def test_scaling_out_takes_the_run_directory_lock(tmp_path):
+    from gpubench import runner
+
+    run_dir = tmp_path / "run"
+    with contextlib.ExitStack() as stack:
+        runner.lock_run_dir(run_dir, stack)  # another gpubench process holding it: this one
+        for where in (["--local-workers", "2"], ["--cluster", TWO_PORTS, "--index", "0"]):
+            proc = _cli(*where, "--profile", "quick", "--out", str(run_dir), timeout=60)
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            assert f"{run_dir} is in use by another gpubench run (PID {os.getpid()})" in proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1 and "worker" not in proc.stdout
+    assert not (run_dir / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", [["--local-workers", "2"],
+                                   ["--cluster", TWO_PORTS, "--index", "0"]])
+def test_the_several_machine_mode_is_refused_on_jax(tmp_path, where):
+    proc = subprocess.run([*CLI, *where, "--out", str(tmp_path / "run")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
+                          env=python_env(KERAS_BACKEND="jax"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("gpubench scaling: error: KERAS_BACKEND='jax': ")
+    assert "KERAS_BACKEND=tensorflow" in proc.stderr and "Multi_GPU_Scaling" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_canonical_names():
+    assert [scaling.canonical(d) for d in ("/GPU:1", "/CPU:0", "cpu", "gpu:0", "/device:CPU:1")] \
+        == ["gpu:1", "cpu:0", "cpu:0", "gpu:0", "cpu:1"]
+
+
+# ---------------------------------------------------------------- JAX: DataParallel
+
+
+def test_xla_flags_keep_other_flags_and_replace_the_device_count():
+    from gpubench.backends import jax_parallel  # loads no JAX
+
+    assert jax_parallel.xla_flags(2) == "--xla_force_host_platform_device_count=2"
+    count = "--xla_force_host_platform_device_count"
+    assert jax_parallel.xla_flags(4, f"--xla_dump_to=/tmp/x {count}=8") == (
+        f"--xla_dump_to=/tmp/x {count}=4")
+
+
+def _jax_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh JAX process without XLA_FLAGS (unless given)."""
+    clean = {k: v for k, v in python_env(KERAS_BACKEND="jax", **env).items()
+             if k != "XLA_FLAGS" or "XLA_FLAGS" in env}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=clean)
+
+
+@pytest.mark.jax
+@on_jax
+def test_split_cpu_on_jax_sets_xla_flags_before_jax_loads_and_refuses_after():
+    proc = _jax_python("import gpubench as gb, os\n"
+                       "gb.scaling.split_cpu(3)\n"
+                       "print(os.environ['XLA_FLAGS'], gb.scaling.local_devices())")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["--xla_force_host_platform_device_count=3",
+                                   "['cpu:0',", "'cpu:1',", "'cpu:2']"]
+    proc = _jax_python("import jax; jax.devices()\n"
+                       "import gpubench as gb\n"
+                       "gb.scaling.split_cpu(2)")
+    assert proc.returncode == 1
+    assert ("RuntimeError: virtual_devices=2: JAX has already set up its devices in this process "
+            "(1 CPU device(s)); restart the kernel with "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=2") in proc.stderr
+
+
+@pytest.mark.jax
+@on_jax
+def test_data_parallel_step_on_two_devices_matches_plain_training():
+    """Two replicas of one global batch of 100 compute what one plain step on it computes."""
+    import keras
+
+    from gpubench import models
+
+    split = _split(330)  # 300 training images after the validation hold-out: 3 batches of 100
+    found, all_reduce = scaling.strategy(["cpu:0", "cpu:1"])
+    measured = scaling.train(found, "mlp_h1000", split, batch=100, epochs=2, seed=7,
+                             shuffle=False, verbose=False)
+    assert measured.steps == 3 and all_reduce == "XLA all-reduce (host)"
+    assert len(measured.epoch_telemetry) == 2 and math.isfinite(measured.test_loss)
+
+    keras.utils.set_random_seed(7)
+    model = models.build("mlp_h1000")
+    plain = []
+    for _ in range(2):
+        plain.append(np.mean([model.train_on_batch(split.x_train[i:i + 100],
+                                                   split.y_train[i:i + 100], return_dict=True)
+                              ["loss"] for i in range(0, 300, 100)]))
+    assert plain[1] < plain[0]  # it trains
+    np.testing.assert_allclose(measured.epoch_losses, plain, rtol=1e-5)
+
+
+@pytest.mark.jax
+@on_jax
+def test_jax_sweep_on_two_virtual_devices_records_replicas_1_and_2(tmp_path):
+    from gpubench import data
+
+    store = results.ResultsStore(tmp_path / "results.jsonl")
+    loaded = data.load("mnist", source="synthetic", max_train_samples=400, verbose=False)
+    records = scaling.sweep("mlp_h1000", loaded, virtual_devices=2, epochs=2,
+                            per_replica_batch_size=50, store=store, env="jax-cpu")
+    assert records == results.read_records(tmp_path / "results.jsonl")
+    assert [r["replicas"] for r in records] == [1, 2]
+    for record in records:
+        results.validate(record)
+        assert record["status"] == "ok" and record["backend"] == "jax"
+        assert record["strategy"] == "data_parallel" and record["jit_compile"] is True
+        assert record["scaling_efficiency"] is not None and record["scaling_efficiency"] > 0
+        assert math.isfinite(record["final_loss"]) and record["virtual_devices"] == 2
+        assert len(record["epoch_seconds"]) == 2 == len(record["epoch_cpu_util_percent"])
+        assert record["telemetry"]["samples"] and record["global_batch_size"] == 50 * record[
+            "replicas"]
+    assert records[0]["scaling_efficiency"] == 1.0 and records[1]["devices"] == ["cpu:0", "cpu:1"]
+    assert "| data_parallel | 2 | 1 | 100 |" in scaling.table(records)

@@ -10,7 +10,7 @@ import gpubench as gb
 
 def epoch_clock():
     """A Keras callback that only reads perf_counter at each epoch's start and end (`.times`)."""
-    import keras  # noqa: PLC0415 - loaded by gpubench's TensorFlow import
+    import keras
 
     class Clock(keras.callbacks.Callback):
         def __init__(self):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import statistics
 
-import gpubench as gb
 from bare import bare_fit, gpubench_fit, machine, parse_rounds, round_options
+
+import gpubench as gb
 
 
 def main() -> None:

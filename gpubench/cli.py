@@ -255,5 +255,6 @@ def _scaling(args: argparse.Namespace) -> int:
     return scaling.cli_main(args)
 
 
-_COMMANDS = {"run": _run, "report": _report, "setup": lambda args: envs.setup(gpu=args.gpu, backends=args.backends),
+_COMMANDS = {"run": _run, "report": _report,
+             "setup": lambda args: envs.setup(gpu=args.gpu, backends=args.backends),
              "envs": _envs, "doctor": _doctor, "scaling": _scaling}

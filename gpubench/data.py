@@ -166,7 +166,7 @@ def _shown(text: str) -> str:
 def _checked(arrays: tuple, files: tuple, shape: tuple) -> tuple:
     """(images, labels, ...) pairs, labels as int64, once shapes, counts and values are right."""
     out = []
-    for x, y, x_file, y_file in zip(arrays[::2], arrays[1::2], files[::2], files[1::2]):
+    for x, y, x_file, y_file in zip(arrays[::2], arrays[1::2], files[::2], files[1::2], strict=True):
         if x.dtype != np.uint8 or x.shape[1:] != shape:
             raise DataError(f"{x_file} holds {'x'.join(map(str, x.shape[1:]))} {x.dtype} images, "
                             f"expected {'x'.join(map(str, shape))} uint8; use the real files")
@@ -241,7 +241,7 @@ def _load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tupl
             return folder, _read_idx_set(found)
         if name == "mnist" and (folder / "mnist.npz").is_file():
             return folder / "mnist.npz", _read_mnist_npz(folder / "mnist.npz")
-        missing = min(missing, [base for base, path in zip(IDX_FILES, found) if path is None], key=len)
+        missing = min(missing, [base for base, path in zip(IDX_FILES, found, strict=True) if path is None], key=len)
     searched = ", ".join(map(str, folders))
     if name == "cifar10":
         raise DataError(f"cifar10 files not found in {searched}. Expected layout: <data_dir>[/cifar10]/"
@@ -265,7 +265,7 @@ def _read_mnist_npz(path: Path) -> tuple:
 
 def _read_idx_set(paths: list[Path]) -> tuple:
     """Train images and labels, test images and labels, from the four IDX files in IDX_FILES order."""
-    return _checked(tuple(_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2)), paths, (28, 28))
+    return _checked(tuple(_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2, strict=True)), paths, (28, 28))
 
 
 def _read_idx(path: Path, kind: str) -> np.ndarray:

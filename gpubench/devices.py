@@ -1,4 +1,5 @@
-"""Device names, the devices the backend sees, placement, and the guard against a silent CPU fallback.
+"""Device names, the devices the backend sees, placement, and the guard against a silent
+CPU fallback.
 
 A thin face of `gpubench.backends`: where a framework would log "GPU will not be used" and
 carry on on the CPU, asking gpubench for a GPU it cannot see raises `GPUNotAvailableError`
@@ -59,7 +60,7 @@ def resolve(name: str) -> str:
     backend = backends.current().TITLE
     if not match:  # "auto"
         if not gpus and nvidia_smi_gpus():  # a GPU on the machine that the backend cannot use
-            warnings.warn(f"device 'auto' runs on the CPU although nvidia-smi lists a GPU.\n"
+            warnings.warn("device 'auto' runs on the CPU although nvidia-smi lists a GPU.\n"
                           + diagnose(), stacklevel=2)
         return gpus[0] if gpus else "cpu"
     if not gpus:

@@ -39,7 +39,7 @@ def nvidia_smi(*args: str) -> str | None:
 
 
 def nvidia_smi_gpus() -> list[str] | None:
-    """Lines of `nvidia-smi -L`, [] when it lists none, None when the command is missing or fails."""
+    """Lines of `nvidia-smi -L`, [] when it lists none, None when it is missing or fails."""
     out = nvidia_smi("-L")
     return None if out is None else [line for line in out.splitlines()
                                      if line.strip().startswith("GPU")]

@@ -11,12 +11,11 @@ Both report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 
 from gpubench import backends, checks, devices, peaks, results, telemetry, timing
-from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 from gpubench.notebook import check_value
+from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 
 METHODS = ("book", "rigorous")
 # The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
@@ -24,7 +23,7 @@ GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 
 
 def check_dtypes(dtypes) -> list[str]:
-    """Return one dtype or a list of them as a list of supported dtypes, or raise naming the bad one."""
+    """One dtype or a list of them as a list of supported dtypes, or raise naming the bad one."""
     checked = check_value("dtype", [None] if dtypes is None else dtypes)
     return [checked] if isinstance(checked, str) else checked
 
@@ -49,7 +48,8 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
 
 
 def spec_peak(device: str, dtype: str) -> float | None:
-    """The datasheet peak GFLOP/s of `device` at `dtype` from gpubench.peaks (None for CPUs and unknown GPUs)."""
+    """The datasheet peak GFLOP/s of `device` at `dtype` (gpubench.peaks; None for CPUs and
+    unknown GPUs)."""
     if device == "cpu":
         return None
     index = int(device.split(":")[1])
@@ -97,7 +97,7 @@ def performance_test(
     try:
         m = (_book(device, size, dtype) if method == "book"
              else _rigorous(device, size, dtype, repeats))
-    except Exception as exc:  # noqa: BLE001 - OOM is a result, so a sweep goes on; others re-raised
+    except Exception as exc:
         if not backends.is_oom(exc):
             raise
         status, error = backends.failure(exc)

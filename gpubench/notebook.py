@@ -46,7 +46,8 @@ def _hint(name: str) -> str:
 
 
 def _as_list(name: str, value) -> list:
-    """Lists as they are, "[a, b]" or "a,b" (as papermill -p passes them) parsed, one value wrapped."""
+    """Lists as they are, "[a, b]" or "a,b" (as papermill -p passes them) parsed, one value
+    wrapped."""
     if isinstance(value, str):
         try:
             value = (ast.literal_eval(value) if value.strip().startswith("[")
@@ -61,7 +62,8 @@ def _as_list(name: str, value) -> list:
 
 def _positive_item(name: str, item) -> int:
     try:
-        return checks.positive_int(name, int(item) if isinstance(item, str) and item.isdigit() else item)
+        number = int(item) if isinstance(item, str) and item.isdigit() else item
+        return checks.positive_int(name, number)
     except ValueError:
         raise ValueError(f"{name}: {item!r} is not a positive integer; {_hint(name)}") from None
 
@@ -104,7 +106,8 @@ def check_value(name: str, value, *, virtual_cpus: bool = False):
 
 
 def check_params(notebook: str, given: dict) -> dict:
-    """Check names against `notebook`'s parameters and each value by its rule; return them checked."""
+    """Check names against `notebook`'s parameters and each value by its rule; return them
+    checked."""
     profiles.check_names(notebook, given)
     cpus = "virtual_devices" in profiles.PARAMS[notebook]  # devices "cpu:N" name virtual CPUs
     checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
@@ -118,7 +121,8 @@ def check_params(notebook: str, given: dict) -> dict:
 
 def start(notebook: str, values: dict | None = None, **given) -> Config:
     """Check the parameters (read from `values`, e.g. `globals()`; keywords win), apply the
-    profile, open the results store and describe the machine; bad input fails before anything runs."""
+    profile, open the results store and describe the machine; bad input fails before anything
+    runs."""
     names = profiles.parameter_names(notebook)
     given = {**{n: values[n] for n in names if n in (values or {})}, **given}
     params, changed = profiles.resolve(notebook, **check_params(notebook, given))

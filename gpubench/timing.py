@@ -85,7 +85,7 @@ def epoch_timer(device: str | None = None):
     keras = backends.keras()
 
     class EpochTimer(keras.callbacks.Callback):
-        """Times every epoch (validation included); the clock stops after the variables are ready."""
+        """Times every epoch (validation included); the clock stops once the variables are ready."""
 
         def __init__(self) -> None:
             super().__init__()

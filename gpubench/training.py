@@ -1,4 +1,5 @@
-"""Train one of the book's models in a recorded mode, with honest epoch timing, and write its record.
+"""Train one of the book's models in a recorded mode, with honest epoch timing, and write its
+record.
 
 Arrays are prepared once and stay in memory, so the data is never the bottleneck.
 """
@@ -9,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpubench import backends, checks, devices, models, results, telemetry, timing
-from gpubench import telemetry_text
+from gpubench import backends, checks, devices, models, results, telemetry, telemetry_text, timing
 from gpubench.data import Dataset
 from gpubench.notebook import check_value
 
@@ -186,7 +186,8 @@ def summary(record: dict) -> str:
                                       == "synthetic" else "")
     return "\n".join([
         f"{record['model']} on {record['device']} ({record['env']} env), "
-        f"{record['epochs']} epochs x {record['train_samples']:,} images, batch {record['batch_size']}",
+        f"{record['epochs']} epochs x {record['train_samples']:,} images, "
+        f"batch {record['batch_size']}",
         f"  total:        {record['total_seconds']:.1f} s   <- the book's table compares this",
         f"  epoch 1:      {record['first_epoch_seconds']:.2f} s (includes tracing and compilation)",
         f"  steady epoch: {steady_text}",

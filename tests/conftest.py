@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from gpubench import envs  # noqa: E402
+from gpubench import envs
 
 envs.use_checkout_kernels()  # as `make test` does: this checkout's kernels first
 

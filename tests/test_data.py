@@ -64,7 +64,7 @@ def make_arrays(n_train: int = 50, n_test: int = 20, seed: int = 0) -> dict[str,
             "y_test": rng.integers(0, 10, n_test).astype(np.uint8)}
 
 
-IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), data.IDX_FILES))
+IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), data.IDX_FILES, strict=True))
 
 
 def idx_name(key: str, gz: bool = True) -> str:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from types import SimpleNamespace
 
 import pytest
-
-from types import SimpleNamespace
 
 from conftest import PYTHON, REPO
 from gpubench import backends, devices

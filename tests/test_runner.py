@@ -106,7 +106,7 @@ def test_two_envs_are_compared(tmp_path, variant_kernel):
     report = (out / "report.md").read_text()
     host = records[0]["environment"]["hostname"]
     assert f"| {host} · cpu |" in report and f"| {host} · {variant_kernel} |" in report
-    mlp_rows = [l for l in report.splitlines() if l.startswith("| MNIST MLP h1000")]
+    mlp_rows = [line for line in report.splitlines() if line.startswith("| MNIST MLP h1000")]
     assert len(mlp_rows) == 2 and "baseline" in mlp_rows[0] and "%" in mlp_rows[1]
 
 

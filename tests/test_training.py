@@ -28,10 +28,10 @@ def test_book_learning_rates_and_dropout():
              for name in models.MODELS}
     assert rates == pytest.approx({"mlp_h1000": 1e-3, "mnist_cnn": 1e-4, "cifar_cnn": 1e-3})
     cnn = models.build("mnist_cnn")
-    assert [l.rate for l in cnn.layers if l.__class__.__name__ == "Dropout"] == [0.2]
-    assert [l.output.shape[-1] for l in cnn.layers if l.__class__.__name__ == "Flatten"] == [1764]
+    assert [layer.rate for layer in cnn.layers if layer.__class__.__name__ == "Dropout"] == [0.2]
+    assert [layer.output.shape[-1] for layer in cnn.layers if layer.__class__.__name__ == "Flatten"] == [1764]
     cifar = models.build("cifar_cnn")
-    assert [l.rate for l in cifar.layers if l.__class__.__name__ == "Dropout"] == [0.25] * 4
+    assert [layer.rate for layer in cifar.layers if layer.__class__.__name__ == "Dropout"] == [0.25] * 4
 
 
 def test_models_py_holds_exactly_the_chapters_saved_cells():

@@ -24,7 +24,7 @@ def clean(nb: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.
     executed = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     if [c.source for c in executed] != [c.source for c in source.cells]:
         raise SystemExit("the run's notebook differs from notebooks/: rerun it with this source")
-    for cell, original in zip(executed, source.cells):
+    for cell, original in zip(executed, source.cells, strict=True):
         cell.id = original.id
         cell.metadata = original.metadata
         if cell.cell_type == "code" and cell.outputs and not cell.execution_count:

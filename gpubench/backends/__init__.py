@@ -73,7 +73,7 @@ def module(name: str) -> ModuleType:
 
 @functools.cache
 def keras() -> ModuleType:
-    """Keras, loaded once on the requested backend, with that backend's start-up chatter held back."""
+    """Keras, loaded once on the requested backend, its start-up chatter held back."""
     return module(requested()).load_keras()
 
 

@@ -42,8 +42,8 @@ def tf() -> ModuleType:
         saved = os.dup(2)
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: PLC0415 - loaded on first use only
             import keras  # noqa: F401,PLC0415 - loads with the same quiet stderr
+            import tensorflow  # noqa: PLC0415 - loaded on first use only
         except BaseException:
             os.dup2(saved, 2)
             captured.seek(0)
@@ -175,7 +175,8 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
                 "`make setup GPU=1` in WSL2).")
     if not is_cuda_build():
         return (f"the driver sees {smi[0].strip()}, but this TensorFlow {tf_version} is a CPU-only "
-                "build (tensorflow-cpu, or a platform without CUDA wheels); it can never see a GPU.",
+                "build (tensorflow-cpu, or a platform without CUDA wheels); it can never see a "
+                "GPU.",
                 "use the GPU environment: `make setup GPU=1` (or `gpubench setup --gpu`), then "
                 "pick the kernel gpubench-gpu; in a plain venv: "
                 "`pip install 'tensorflow[and-cuda]==2.21.*'`.")

@@ -19,8 +19,9 @@ from __future__ import annotations
 import statistics
 import time
 
-import gpubench as gb
 from bare import epoch_clock, machine, parse_rounds, round_options
+
+import gpubench as gb
 
 
 def scaling_round(strategy, name: str, split, epochs: int, batch: int) -> list[float]:

@@ -62,5 +62,6 @@ def parse_rounds(parser: argparse.ArgumentParser) -> argparse.Namespace:
 def machine() -> str:
     """The CPU and software a benchmark ran on, for its first line."""
     env = gb.results.environment_snapshot()
-    return (f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); TensorFlow {env['tensorflow']}, "
-            f"Keras {env['keras']}")
+    return (f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); "
+            f"{gb.records.BACKEND_TITLES.get(env['backend'], env['backend'])} "
+            f"{env['backend_version']}, Keras {env['keras']}")

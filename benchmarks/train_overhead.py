@@ -33,8 +33,8 @@ def main() -> None:
         data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples,
                             verbose=False)
         split = gb.training.prepare(name, data)
-        notebook = {v: k for k, v in gb.profiles.TRAINING_NOTEBOOKS.items()}[name]
-        batch = gb.profiles.DEFAULTS["full"][notebook]["batch_size"]
+        notebook = {v: k for k, v in gb.params.TRAINING_NOTEBOOKS.items()}[name]
+        batch = gb.params.DEFAULTS["full"][notebook]["batch_size"]
         model = gb.training.build_model(name, "cpu")
         steady = {"gpubench": [], "bare": []}
         for i in range(args.rounds):

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import re
 import shutil
 import warnings
 from collections.abc import Iterator
 
-from gpubench import backends, machine
+from gpubench import backends, machine, params
 from gpubench.backends import DeviceError, GPUNotAvailableError
 
 __all__ = ["ACCEPTED", "DeviceError", "GPUNotAvailableError", "check_gpu", "check_name",
            "diagnose", "list_devices", "resolve", "scope"]
-ACCEPTED = '"auto", "cpu", "gpu", "gpu:N", or TensorFlow\'s "/CPU:0", "/GPU:N", "/device:GPU:N"'
-
-_PATTERN = re.compile(r"^/?(?:device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
+ACCEPTED = params.ACCEPTED_DEVICES
+_PATTERN = params.DEVICE_PATTERN  # the syntax: one rule, in params
 nvidia_smi = machine.nvidia_smi
 nvidia_smi_gpus = machine.nvidia_smi_gpus
 
@@ -39,15 +37,10 @@ def list_devices() -> list[str]:
 
 def check_name(name: object, *, virtual_cpus: bool = False) -> str:
     """`name` stripped if its syntax is right ("cpu:N" only if virtual_cpus); loads no backend."""
-    if not isinstance(name, str):
-        raise DeviceError(f"device must be a string, got {name!r}; use one of {ACCEPTED}")
-    match = _PATTERN.match(name.strip())
-    if name.strip().lower() != "auto" and not match:
-        raise DeviceError(f"unknown device {name!r}; use one of {ACCEPTED}")
-    if match and match[1].lower() == "cpu" and int(match[2] or 0) != 0 and not virtual_cpus:
-        raise DeviceError(f"unknown device {name!r}: there is one CPU device, use \"cpu\" "
-                          "(Multi_GPU_Scaling's virtual_devices=N splits it into cpu:0..cpu:N-1)")
-    return name.strip()
+    try:
+        return params.check_device(name, virtual_cpus=virtual_cpus)
+    except params.ParameterError as exc:
+        raise DeviceError(str(exc)) from None
 
 
 def resolve(name: str) -> str:

@@ -11,7 +11,6 @@ before anything is installed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -20,16 +19,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-
-try:
-    import fcntl
-except ImportError:  # Windows: gpubench runs in WSL2 there; no locks
-    fcntl = None
 
 from gpubench import backends, machine  # both stdlib-only at import
 from gpubench.machine import project_root
+from gpubench.rundir import locked  # stdlib-only at import, like results
 
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs
@@ -109,20 +104,6 @@ def use_checkout_kernels() -> None:
     first = str(checkout_kernels_dir())
     rest = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != first]
     os.environ["JUPYTER_PATH"] = os.pathsep.join([first, *rest])
-
-
-@contextlib.contextmanager
-def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
-    """Hold an exclusive flock on `path` (the OS drops it if we die); wait=False raises
-    BlockingIOError when another process holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        yield fd
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def find_conda() -> str | None:

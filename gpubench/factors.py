@@ -38,9 +38,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpubench import backends, checks
+from gpubench import backends
+from gpubench.params import DEFAULTS, SPEED_FACTORS_MODELS, positive_int
 
-MODELS = ("mlp_h1000", "mnist_cnn")
+MODELS = SPEED_FACTORS_MODELS
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
 FACTOR_NAMES = ("baseline", *FACTORS, "combined")
 # Notebook parameter -> the factor whose values it lists.
@@ -115,19 +116,6 @@ def variants(values: dict[str, Sequence]) -> list[Variant]:
 # --- parameters (no TensorFlow) ------------------------------------------------------------
 
 
-def check_params(params: dict) -> dict:
-    """Speed_Factors' rules beyond each value's own (`notebook.check_value` checks those first):
-    its two models, two rounds or more, XLA off or on. Raises ValueError naming the bad value."""
-    if params.get("model") not in MODELS:
-        raise ValueError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
-                         f"use one of {', '.join(MODELS)}")
-    checks.positive_int("epochs", params.get("epochs"), minimum=2)
-    if "auto" in (params.get("xla_modes") or ()):
-        raise ValueError("xla_modes: 'auto' lets Keras choose, which differs by device; "
-                         "list the modes to compare: off, on")
-    return params
-
-
 def factor_values(params: dict) -> dict[str, list]:
     """The values of each factor, from checked notebook parameters."""
     return {factor: list(params[name]) for name, factor in LIST_PARAMS.items()}
@@ -162,9 +150,7 @@ def chapter_values(params: dict) -> tuple[dict[str, list], list[str]]:
     """The chapter's factor values on the backend Keras runs here, and notes on what it changed;
     the default input_pipelines list drops tf.data where TensorFlow is absent, a list given
     by hand that asks for it is refused."""
-    from gpubench import profiles  # noqa: PLC0415 - no framework
-
-    default = profiles.DEFAULTS["full"]["Speed_Factors"]["input_pipelines"]
+    default = DEFAULTS["full"]["Speed_Factors"]["input_pipelines"]
     return for_backend(factor_values(params), backends.current().NAME,
                        backends.part("feeds").tf_data_available(),
                        drop_tf_data=list(params["input_pipelines"]) == list(default))
@@ -663,7 +649,8 @@ def _record(trainer: _Trainer, split, *, data, model_name: str, epochs: int, env
 
     v = trainer.variant
     common = dict(notebook=notebook, env=env, device=trainer.device, model=model_name,
-                  dataset=data.name, data_source=data.source, epochs=epochs,
+                  dataset=data.name, data_source=data.source, data_verified=data.verified,
+                  epochs=epochs,
                   batch_size=v.batch_size, train_samples=len(split.x_train), factor=v.factor,
                   precision=v.precision, steps_per_execution=v.steps_per_execution,
                   input_pipeline=v.input_pipeline,
@@ -713,7 +700,7 @@ def run(
     if model_name not in MODELS:
         raise ValueError(f"model {model_name!r} is not one Speed_Factors trains; "
                          f"use one of {', '.join(MODELS)}")
-    checks.positive_int("epochs", epochs, minimum=2)
+    positive_int("epochs", epochs, minimum=2)
     values, notes = for_backend(values, backends.current().NAME,
                                 backends.part("feeds").tf_data_available())
     for note in notes:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from gpubench import backends, checks, devices, peaks, results, telemetry, timing
-from gpubench.notebook import check_value
+from gpubench import backends, devices, peaks, results, telemetry, timing
+from gpubench.params import check_value, positive_int
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 
 METHODS = ("book", "rigorous")
@@ -85,10 +85,10 @@ def performance_test(
 ) -> dict:
     """Multiply two size x size matrices on `device_name`; return its record ("oom" if too big)."""
     device = devices.resolve(device_name)
-    checks.positive_int("size", size)
+    positive_int("size", size)
     check_method(method)
     (dtype,) = check_dtypes([dtype])
-    checks.positive_int("repeats", repeats)
+    positive_int("repeats", repeats)
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
                   size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype))
     reason = unsupported_reason(device, dtype)
@@ -130,7 +130,7 @@ def sweep(
     for method in methods:
         check_method(method)
     dtypes = check_dtypes(dtype)
-    checks.positive_int("repeats", repeats)
+    positive_int("repeats", repeats)
     records = []
     for size, device, one_dtype, method in itertools.product(sizes, resolved, dtypes, methods):
         record = performance_test(device, size, method, repeats, one_dtype, notebook=notebook,

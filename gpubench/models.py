@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 
-from gpubench import backends, profiles
+from gpubench import backends, params
 
 keras = backends.keras()  # Keras on the env's backend, its start-up chatter held back
 layers = keras.layers
 
-MODELS = tuple(profiles.TRAINING_NOTEBOOKS.values())
+MODELS = tuple(params.TRAINING_NOTEBOOKS.values())
 
 # BEGIN CHAPTER MODELS (written by tools/export_models.py from the notebooks: edit those)
 

@@ -6,8 +6,16 @@ in Jupyter). The report passes Figures of its own, so it never touches pyplot or
 
 from __future__ import annotations
 
-from gpubench import report
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
+from gpubench.records import (
+    MODEL_ORDER,
+    MODEL_TITLES,
+    book_train,
+    columns,
+    fmt_seconds,
+    matmul_series,
+    ok_records,
+)
 
 
 def _axes(ax, figsize: tuple[float, float]):
@@ -44,7 +52,7 @@ def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: st
     """Time or GFLOP/s against matrix size per device, method, dtype; `book`: the book's, dashed."""
     ax = _axes(ax, (8, 5))
     index = 1 if metric == "seconds" else 2
-    series = report.matmul_series(records)
+    series = matmul_series(records)
     multi = len({k[0] for k in series}) > 1
     dtypes = len({k[3] for k in series}) > 1
     colours: dict = {}  # one colour per column, device and dtype; the method sets the line style
@@ -63,7 +71,7 @@ def plot_matmul(records: list[dict], metric: str = "seconds", ax=None, title: st
 
 def plot_speedup(records: list[dict], ax=None):
     """GPU-over-CPU speedup against size for each method, crossover marked; None without a GPU."""
-    series = report.matmul_series(records)
+    series = matmul_series(records)
     pairs = [(k, v) for k, v in series.items() if k[1].startswith("gpu")]
     if not pairs:
         return None
@@ -88,9 +96,9 @@ def plot_epoch_bars(records: list[dict], fig=None):
     """Grouped bars: steady-state epoch time (and epoch 1) per model, one bar per column."""
     import numpy as np  # noqa: PLC0415
 
-    train = report.book_train(report.ok_records(records, "train"))
-    models = [m for m in report.MODEL_ORDER if any(r["model"] == m for r in train)]
-    cols = report.columns(train)
+    train = book_train(ok_records(records, "train"))
+    models = [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]
+    cols = columns(train)
     by_key = {(r["model"], r["_column"]): r for r in train}
     fig = _figure(fig, (4.5 * max(len(models), 1), 4.5))
     axes = fig.subplots(1, max(len(models), 1), squeeze=False)
@@ -102,10 +110,10 @@ def plot_epoch_bars(records: list[dict], fig=None):
         ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
         ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
         for xi, value in zip(x, steady, strict=True):
-            ax.annotate(report.fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
+            ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
                         fontsize="small")
         ax.set_xticks(x, cols, rotation=15, fontsize="small")
-        ax.set(title=report.MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
+        ax.set(title=MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)

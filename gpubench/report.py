@@ -11,7 +11,6 @@ warning naming its file, line and field, so no record can cost the report.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -24,12 +23,28 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from gpubench import backends, results, telemetry_text
+from gpubench import factors, plots, results, rundir, telemetry_text  # no framework
+from gpubench.records import (  # the record queries the charts share; report.X for callers
+    MODEL_ORDER,
+    MODEL_TITLES,
+    backend_title,
+    baseline,
+    book_train,
+    columns,
+    cpu_env,
+    crossover,
+    fmt_seconds,
+    latest_attempts,
+    ok_records,
+)
+from gpubench.records import backend_of as _backend
+from gpubench.records import backend_rank as _backend_rank
+from gpubench.records import by_model_and_column as _by_model_and_column
+from gpubench.records import dedupe as _dedupe
+from gpubench.records import dtype_of as _dtype
+from gpubench.records import label_columns as _label_columns
+from gpubench.records import machine_of as _machine
 
-MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
-                "cifar_cnn": "CIFAR-10 CNN"}
-MODEL_ORDER = ("mlp_h1000", "mnist_cnn", "cifar_cnn")
-BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 # Job statuses of run.json that mean the run has not finished them (yet).
 UNFINISHED = ("running", "pending")
 
@@ -191,18 +206,6 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
     return _dedupe(records)
 
 
-def latest_attempts(records: list[dict]) -> list[dict]:
-    """Only the records of each job's latest attempt (a job: run dir, env and notebook)."""
-    last: dict[tuple, int] = defaultdict(int)
-    for r in records:
-        last[_job(r)] = max(last[_job(r)], r["attempt"])
-    return [r for r in records if r["attempt"] == last[_job(r)]]
-
-
-def _job(record: dict) -> tuple:
-    return record.get("_run_dir"), record["env"], record["notebook"]
-
-
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
     """The jobs of run.json (run, env, notebook, status, error's first line); [] without one.
 
@@ -247,81 +250,7 @@ def _job_row(job: dict) -> list[str]:
     return [job["run"], job["env"], job["notebook"], job["status"], job["error"]]
 
 
-def _machine(record: dict) -> str:
-    return record["environment"].get("hostname") or "machine"
-
-
-def _backend(record: dict) -> str:
-    return record.get("backend") or "tensorflow"
-
-
-def backend_title(name: str) -> str:
-    """A backend's name as people write it ("TensorFlow", "JAX")."""
-    return BACKEND_TITLES.get(name, name)
-
-
-def cpu_env(backend: str) -> str:
-    """The label of `backend`'s CPU env: "cpu" for TensorFlow, "jax-cpu" for JAX."""
-    return backends.LABEL_PREFIX.get(backend, f"{backend}-") + "cpu"
-
-
-def _label_columns(records: list[dict]) -> None:
-    """Label columns "machine · env"; add the backend when an env label holds several, and the
-    run directory when a pair repeats across runs."""
-    dirs_per_pair, backends_per_pair = defaultdict(set), defaultdict(set)
-    for r in records:
-        dirs_per_pair[(_machine(r), r["env"])].add(r["_run_dir"])
-        backends_per_pair[(_machine(r), r["env"])].add(_backend(r))
-    for r in records:
-        pair = (_machine(r), r["env"])
-        label = f"{_machine(r)} · {r['env']}"
-        if len(backends_per_pair[pair]) > 1:
-            label += f" ({backend_title(_backend(r))})"
-        if len(dirs_per_pair[pair]) > 1:
-            label += f" ({Path(r['_run_dir']).name})"
-        r["_column"] = label
-
-
-# What makes one measurement: a later record with the same values replaces it (hand re-runs).
-_IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "model",
-             "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
-             "input_pipeline", "strategy", "replicas", "workers")
-
-
-def _dedupe(records: list[dict]) -> list[dict]:
-    return list({tuple(str(r.get(k)) for k in _IDENTITY): r for r in records}.values())
-
-
-def _backend_rank(name: str) -> tuple[int, str]:
-    return (backends.SUPPORTED.index(name) if name in backends.SUPPORTED
-            else len(backends.SUPPORTED)), name
-
-
-def columns(records: list[dict]) -> list[str]:
-    """Column labels in a stable order: by machine and backend, each CPU env before the others."""
-    keys = {r["_column"]: (_machine(r), _backend_rank(_backend(r)),
-                           r["env"] != cpu_env(_backend(r)), r["env"], r["_column"])
-            for r in records}
-    return sorted(keys, key=keys.get)
-
-
-def baseline(records: list[dict], column: str) -> str | None:
-    """The column a column is compared with: the CPU env of the same machine and backend."""
-    mine = next(r for r in records if r["_column"] == column)
-    machine, backend = _machine(mine), _backend(mine)
-    return min((r["_column"] for r in records
-                if _machine(r) == machine and _backend(r) == backend
-                and r["env"] == cpu_env(backend) and r["_column"] != column), default=None)
-
-
 # ---------------------------------------------------------------- formatting
-
-def fmt_seconds(value: float | None) -> str:
-    """Seconds with three significant digits ("0.0123 s", "12.3 s", "402 s")."""
-    if value is None:
-        return "–"
-    return f"{value:.0f} s" if value >= 100 else f"{value:.3g} s"
-
 
 def fmt(value, spec: str) -> str:
     """`value` formatted with `spec`, or "–" when it is missing."""
@@ -345,25 +274,7 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
-def ok_records(records: list[dict], benchmark: str) -> list[dict]:
-    """The records of `benchmark` whose status is "ok"."""
-    return [r for r in records if r["benchmark"] == benchmark and r["status"] == "ok"]
-
-
 # ---------------------------------------------------------------- matmul
-
-def _dtype(record: dict) -> str:
-    return record.get("dtype") or "float32"
-
-
-def crossover(records: list[dict], method: str = "rigorous", dtype: str = "float32") -> int | None:
-    """Smallest size at which a GPU beats the CPU (same env, method, dtype); None if it never
-    does."""
-    ok = [r for r in ok_records(records, "matmul") if r["method"] == method and _dtype(r) == dtype]
-    cpu = {r["size"]: r["seconds"] for r in ok if r["device"] == "cpu"}
-    gpu = {r["size"]: r["seconds"] for r in ok if r["device"].startswith("gpu")}
-    return min((size for size in gpu if size in cpu and gpu[size] < cpu[size]), default=None)
-
 
 def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> str:
     """Crossover in words, including the cases with no GPU or no win."""
@@ -378,15 +289,6 @@ def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> 
     if size == min(r["size"] for r in ok if r["method"] == method):
         return f"the GPU wins at every size measured (from {size})"
     return f"the GPU wins from {size} x {size} up"
-
-
-def matmul_series(records: list[dict]) -> dict:
-    """(column, device, method, dtype) -> sorted [(size, seconds, gflops)] of ok matmul records."""
-    series = defaultdict(list)
-    for r in ok_records(records, "matmul"):
-        key = (r.get("_column", r["env"]), r["device"], r["method"], _dtype(r))
-        series[key].append((r["size"], r["seconds"], r["gflops"]))
-    return {k: sorted(v) for k, v in sorted(series.items())}
 
 
 def matmul_table(records: list[dict]) -> str:
@@ -410,15 +312,6 @@ def matmul_table(records: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- training
-
-def book_train(records: list[dict]) -> list[dict]:
-    """Train records of the book's chapters (not Speed_Factors variants)."""
-    return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
-
-
-def _by_model_and_column(records: list[dict]) -> dict[tuple[str, str], dict]:
-    return {(r["model"], r["_column"]): r for r in book_train(records)}
-
 
 _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
          ("batch_size", "batch ", str), ("steps_per_execution", "steps/exec ", str),
@@ -702,8 +595,6 @@ def factors_section(records: list[dict], charts: dict | None) -> list[str]:
     """The "Speed factors" section from Speed_Factors records (gpubench.factors' numbers)."""
     if not any(r["benchmark"] == "train" and r.get("factor") for r in records):
         return []
-    from gpubench import factors, plots  # noqa: PLC0415 - factors imports no TensorFlow
-
     lines = ["## Speed factors", "",
              "Each variant changes one factor of the book's setting on the same device, measured "
              "in interleaved rounds: x is the fastest steady round against the baseline's, the "
@@ -851,34 +742,21 @@ def _code(text: str) -> str:
 
 
 def _write(out: Path, text: str, charts: dict) -> Path:
-    """Save the charts, then report.md, each through a temp file of this process's own and
-    os.replace (two writers never share a temp file); a failed write raises ReportWriteError."""
+    """Save the charts, then report.md, each through `rundir.write_atomic` (a temp file of this
+    process's own, then os.replace); a failed write raises ReportWriteError."""
     report = out / "report.md"
-    written: list[Path] = []
-
-    def replace(target: Path, save: Callable[[Path], None]) -> None:
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        written.append(tmp)
-        save(tmp)
-        os.replace(tmp, target)
-
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, fig in charts.items():
             try:
-                replace(out / name, lambda tmp, fig=fig: fig.savefig(
+                rundir.write_atomic(out / name, lambda tmp, fig=fig: fig.savefig(
                     tmp, dpi=110, bbox_inches="tight", format="png"))
             except (ValueError, OverflowError, ZeroDivisionError) as exc:  # numbers it cannot draw
-                with contextlib.suppress(OSError):
-                    written[-1].unlink(missing_ok=True)
                 warnings.warn(f"chart {name} not drawn: {exc}", stacklevel=2)
                 text = re.sub(rf"^!\[[^\]]*\]\({re.escape(name)}\)$",
                               f"_Chart {name} not drawn: {_code(str(exc))}._", text, flags=re.M)
-        replace(report, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        rundir.write_atomic(report, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as exc:
-        for tmp in written:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
         raise ReportWriteError(
             f"cannot write the report to {str(out)!r}: {results.write_problem(exc)}; "
             "free some space or pass --out with a writable folder") from None
@@ -892,8 +770,6 @@ def _axes(figsize: tuple[float, float] = (8, 5)):
 
 def training_section(records: list[dict], charts: dict | None) -> list[str]:
     """The book's table, its mode warnings, the epoch-time chart and the unstable flags."""
-    from gpubench import plots  # noqa: PLC0415
-
     lines = []
     if book_train(records):
         lines += ["## Training: the book's table", "",
@@ -916,8 +792,6 @@ def training_section(records: list[dict], charts: dict | None) -> list[str]:
 
 def matmul_section(records: list[dict], charts: dict | None) -> list[str]:
     """Per column: crossover and table; then the time, GFLOP/s and speedup charts."""
-    from gpubench import plots  # noqa: PLC0415
-
     matmul = [r for r in records if r["benchmark"] == "matmul"]
     if not matmul:
         return []

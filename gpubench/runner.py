@@ -25,7 +25,9 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from gpubench import backends, envs, machine, profiles, results
+from gpubench import backends, envs, machine, results, rundir
+from gpubench import params as nb_params  # `params` names -p values here
+from gpubench.rundir import LOCK, UsageError, lock_run_dir
 
 # papermill -> nbformat -> jsonschema builds rfc3987_syntax's URI grammar at import: ~3.5 s of
 # CPU before the first notebook, for a format check neither of them uses.
@@ -33,7 +35,6 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 MANIFEST = "run.json"
 MANIFEST_SCHEMA = 2  # 2: "envs" (how each env is reached) and the job status "running"
-LOCK = "run.lock"
 JOB_STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
 HERE_KERNEL = "gpubench-here"  # the kernel spec `--here` makes on the fly
 # Parameters the runner sets itself, and the option a user gives instead.
@@ -41,10 +42,6 @@ RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "-
 NEW_RUN = "start a new run with `gpubench run`"
 # Colours and cursor moves (Keras's model summary goes through rich); kept out of logs.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
-
-class UsageError(ValueError):
-    """Bad usage of `gpubench run`: the CLI exits with code 2."""
 
 
 @dataclass
@@ -103,11 +100,11 @@ def split_names(text: str | None) -> list[str] | None:
 
 def check_notebooks(names: list[str] | None) -> list[str]:
     """The notebooks to run, in the canonical order; unknown or missing ones are a usage error."""
-    unknown = [n for n in names or [] if n not in profiles.NOTEBOOKS]
+    unknown = [n for n in names or [] if n not in nb_params.NOTEBOOKS]
     if unknown:
         raise UsageError(f"unknown notebook(s) {', '.join(unknown)}; "
-                         f"use some of {', '.join(profiles.NOTEBOOKS)}")
-    chosen = [n for n in profiles.NOTEBOOKS if names is None or n in names]
+                         f"use some of {', '.join(nb_params.NOTEBOOKS)}")
+    chosen = [n for n in nb_params.NOTEBOOKS if names is None or n in names]
     if missing := [n for n in chosen if not (notebooks_dir() / f"{n}.ipynb").is_file()]:
         raise UsageError(f"notebook(s) {', '.join(missing)} missing from {notebooks_dir()}; "
                          "restore them (git checkout notebooks) or leave them out with --notebooks")
@@ -294,7 +291,7 @@ def _gpu_asked(name: object) -> str | None:
 
 def _given(params: dict[str, dict], notebook: str) -> dict:
     """The -p values that reach `notebook` ("NOTEBOOK:" ones over the others)."""
-    names = profiles.parameter_names(notebook)
+    names = nb_params.parameter_names(notebook)
     return {name: value for scope in ("*", notebook)
             for name, value in params.get(scope, {}).items() if name in names}
 
@@ -303,8 +300,6 @@ def check_runnable(targets: dict[str, Target], notebooks: list[str], params: dic
                    problems: dict[str, tuple[str, str]]) -> None:
     """Refuse, before any kernel, -p values an env cannot run: a GPU it does not have, or what
     its backend lacks (tf.data without TensorFlow)."""
-    from gpubench import notebook as nb_rules  # noqa: PLC0415
-
     for env, target in targets.items():
         if env in problems or target.devices is None:
             continue
@@ -320,8 +315,8 @@ def check_runnable(targets: dict[str, Target], notebooks: list[str], params: dic
                         f"({target.backend} there sees {', '.join(target.devices)}); use a GPU "
                         f"env (`gpubench envs` lists them) or drop -p {name}")
             try:
-                nb_rules.check_for_backend(nb, given, target.backend,
-                                           bool(target.tensorflow_importable))
+                nb_params.check_for_backend(nb, given, target.backend,
+                                            bool(target.tensorflow_importable))
             except ValueError as exc:
                 raise UsageError(f"-p for {nb} in env {env}: {exc}") from None
 
@@ -347,21 +342,19 @@ def parse_params(items: list[str] | None) -> dict[str, dict]:
 
 def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
     """Refuse a -p name no notebook it targets declares, or a value its notebook would reject."""
-    from gpubench import notebook as nb_rules  # noqa: PLC0415
-
-    # profiles.parameter_names is each parameters cell (test_notebooks checks it with papermill)
+    # nb_params.parameter_names is each parameters cell (test_notebooks checks it with papermill)
     targets = {scope: notebooks if scope == "*" else [scope] for scope in params}
     for scope, values in params.items():
         for name in values:
-            if not any(name in profiles.parameter_names(nb) for nb in targets[scope]):
-                takes = "; ".join(f"{nb} takes {', '.join(profiles.parameter_names(nb))}"
+            if not any(name in nb_params.parameter_names(nb) for nb in targets[scope]):
+                takes = "; ".join(f"{nb} takes {', '.join(nb_params.parameter_names(nb))}"
                                   for nb in targets[scope])
                 raise UsageError(f"unknown parameter -p {name}: {takes}")
     for nb in dict.fromkeys(nb for scope in targets for nb in targets[scope]):
         given = {name: value for scope in ("*", nb) for name, value in params.get(scope, {}).items()
-                 if name in profiles.parameter_names(nb)}
+                 if name in nb_params.parameter_names(nb)}
         try:
-            nb_rules.check_params(nb, given)
+            nb_params.check_params(nb, given)
         except ValueError as exc:
             raise UsageError(f"-p for {nb}: {exc}") from None
 
@@ -375,43 +368,13 @@ def is_run_dir(path: Path) -> bool:
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Save run.json atomically; a full or read-only disk is a UsageError naming the file."""
-    tmp = run_dir / (MANIFEST + ".tmp")
+    text = json.dumps(manifest, indent=1)
     try:
-        tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        tmp.replace(run_dir / MANIFEST)
+        rundir.write_atomic(run_dir / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise UsageError(f"cannot write {run_dir / MANIFEST}: {results.write_problem(exc)}; free "
                          f"some space or make {run_dir} writable, then "
                          f"`gpubench run --resume {run_dir}`") from None
-
-
-def _holder(run_dir: Path) -> str:
-    """The PID written in run.lock by the process holding it (it may still be writing it)."""
-    for _ in range(20):
-        if pid := (run_dir / LOCK).read_text().strip():
-            return pid
-        time.sleep(0.05)
-    return "unknown"
-
-
-def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
-    """Hold run.lock in `run_dir` until `stack` closes; a second process: UsageError naming it."""
-    try:
-        fd = stack.enter_context(envs.locked(run_dir / LOCK, wait=False))
-    except BlockingIOError:
-        raise UsageError(f"{run_dir} is in use by another gpubench run (PID {_holder(run_dir)}); "
-                         "wait for it to end, or stop it first") from None
-    except OSError as exc:
-        raise UsageError(f"cannot write in {run_dir}: {results.write_problem(exc)}; "
-                         "choose a writable --out") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError as exc:
-        raise UsageError(f"cannot write {run_dir / LOCK}: {results.write_problem(exc)}; free "
-                         f"some space or make {run_dir} writable") from None
 
 
 def check_new_out(run_dir: Path) -> None:
@@ -497,9 +460,9 @@ def check_manifest(manifest, path: Path) -> list[Job]:
         raise _bad(path, "schema", schema, f"this gpubench resumes schemas 1 and {MANIFEST_SCHEMA}")
     if not isinstance(manifest["run_id"], str) or not manifest["run_id"]:
         raise _bad(path, "run_id", manifest["run_id"], "it must be a non-empty string")
-    if manifest["profile"] not in profiles.PROFILES:
+    if manifest["profile"] not in nb_params.PROFILES:
         raise _bad(path, "profile", manifest["profile"],
-                   f"use one of {', '.join(profiles.PROFILES)}")
+                   f"use one of {', '.join(nb_params.PROFILES)}")
     params = manifest["params"]
     if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
         raise _bad(path, "params", params, "it must map \"*\" or a notebook to {name: value}")
@@ -528,9 +491,9 @@ def check_manifest(manifest, path: Path) -> list[Job]:
         if job.get("status", "pending") not in JOB_STATUSES:
             raise _bad(path, f"{where}.status", job["status"],
                        f"use one of {', '.join(JOB_STATUSES)}")
-        if job["notebook"] not in profiles.NOTEBOOKS:
+        if job["notebook"] not in nb_params.NOTEBOOKS:
             raise _bad(path, f"{where}.notebook", job["notebook"], "this gpubench has no such "
-                       f"notebook (it has {', '.join(profiles.NOTEBOOKS)})")
+                       f"notebook (it has {', '.join(nb_params.NOTEBOOKS)})")
         jobs.append(Job(**job))
     try:
         check_notebooks(list(dict.fromkeys(j.notebook for j in jobs)))
@@ -707,7 +670,7 @@ def target_of(manifest: dict, env: str) -> Target:
 
 def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     """The papermill parameters of one job: profile, env, results path, device, -p values."""
-    names = profiles.parameter_names(job.notebook)
+    names = nb_params.parameter_names(job.notebook)
     params = {"profile": manifest["profile"], "env_name": job.env,
               "results_path": str((run_dir / "results.jsonl").resolve()), **(job.extra or {})}
     if "device" in names:
@@ -827,7 +790,7 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                 targets = {env: target_of(manifest, env) for env in manifest["envs"]}
                 check_reachable(targets, run_dir / MANIFEST)
             else:
-                profile = profiles.resolve_profile(profile) if profile else "full"
+                profile = nb_params.resolve_profile(profile) if profile else "full"
                 notebook_list = check_notebooks(notebooks)
                 check_params(params or {}, notebook_list)
                 if here:
@@ -877,7 +840,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
                        manifest["params"], problems)
     _mark_unavailable(todo, manifest, targets, problems)
 
-    expected = profiles.EXPECTED_SECONDS[manifest["profile"]]
+    expected = nb_params.EXPECTED_SECONDS[manifest["profile"]]
     runnable = [j for j in todo if j.status == "pending"]
     total = sum(expected[j.notebook] for j in runnable)
     bar = tqdm(total=total, unit="s", file=sys.stderr, dynamic_ncols=True,

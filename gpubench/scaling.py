@@ -13,7 +13,7 @@ all-reduce), the data split by the distribution. Epochs are timed as `training` 
 a sync on the model's variables ends each, epoch 1 is reported on its own, the steady figure
 is the median of epochs 2..n (`training.timing_fields`), and a telemetry.Monitor covers each.
 
-No framework at import time: `include_in_run`, `check_params` and `split_cpu`'s choice of
+No framework at import time: `include_in_run` and `split_cpu`'s choice of
 backend are pure Python (`split_cpu` must run before the framework sets up its devices).
 """
 
@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from gpubench import backends, checks, profiles, results, telemetry
-from gpubench.notebook import check_value
+from gpubench import backends, results, rundir, telemetry
+from gpubench.params import check_scaling, positive_int
+from gpubench.params import resolve as resolve_params
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
@@ -66,25 +67,6 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
     if asked_by_name or (profile == "quick" and not env_is_gpu):
         return {"virtual_devices": 2}
     return None
-
-
-def check_params(params: dict) -> dict:
-    """Check Multi_GPU_Scaling's own parameters (no framework); return them normalised.
-
-    `devices` and `replicas` become lists (or stay None) by the project's rule, `check_value`;
-    device names are checked against the machine later, by `local_devices`.
-    """
-    if params.get("model") not in profiles.CHOICES["model"]:
-        raise ValueError(f"unknown model {params.get('model')!r}; use one of "
-                         f"{', '.join(profiles.CHOICES['model'])}")
-    checks.positive_int("per_replica_batch_size", params.get("per_replica_batch_size"))
-    checks.positive_int("epochs", params.get("epochs"))
-    params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
-                           ("devices", "replicas", "max_train_samples", "virtual_devices")}}
-    if params.get("scaling") not in profiles.CHOICES["scaling"]:
-        raise ValueError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed batch "
-                         "per replica) or \"strong\" (fixed global batch)")
-    return params
 
 
 def parse_cluster(text: str) -> list[str]:
@@ -142,7 +124,7 @@ def split_cpu(count: int | None) -> None:
     its devices: first thing in a chapter (on JAX it sets XLA_FLAGS before JAX loads)."""
     if count is None:
         return
-    checks.positive_int("virtual_devices", count)
+    positive_int("virtual_devices", count)
     parallel().split_cpu(count)
 
 
@@ -184,7 +166,7 @@ def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[in
     """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
     if replicas is None:
         return list(range(1, device_count + 1))
-    for count in replicas:  # each a positive int already: check_params
+    for count in replicas:  # each a positive int already: check_scaling
         if count > device_count:
             raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
                              f"replicate over; use at most {device_count} (or more devices, "
@@ -243,7 +225,7 @@ def train(found, model_name: str, split, *, batch: int, epochs: int, seed: int =
     backend's shared step; a telemetry.Monitor on `monitor` ("cpu" or "gpu:N") covers each epoch."""
     from gpubench import models  # noqa: PLC0415 - loads the backend
 
-    checks.positive_int("epochs", epochs)
+    positive_int("epochs", epochs)
     par = parallel()
     models.keras.utils.set_random_seed(seed)
     with par.scope(found):
@@ -324,7 +306,7 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     """
     from gpubench import training  # noqa: PLC0415
 
-    params = check_params({"model": model_name, "devices": devices, "replicas": replicas,
+    params = check_scaling({"model": model_name, "devices": devices, "replicas": replicas,
                            "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
                            "epochs": epochs, "virtual_devices": virtual_devices})
     split_cpu(virtual_devices)
@@ -340,7 +322,8 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     for count in counts:
         batch, per_replica = global_batch(scaling, per_replica_batch_size, count)
         fields = dict(notebook=notebook, env=env, **_placed(chosen[:count]), model=model_name,
-                      dataset=data.name, data_source=data.source, strategy=kind,
+                      dataset=data.name, data_source=data.source, data_verified=data.verified,
+                      strategy=kind,
                       replicas=count, workers=1, global_batch_size=batch,
                       per_replica_batch_size=per_replica, scaling=scaling,
                       virtual_devices=virtual_devices)
@@ -462,7 +445,7 @@ def reading(records: Sequence[dict]) -> str:
 
 def cli_params(profile: str | None) -> dict:
     """Multi_GPU_Scaling's parameters in `profile`, as `gpubench scaling` uses them."""
-    return check_params(profiles.resolve(NOTEBOOK, profile=profile)[0])
+    return check_scaling(resolve_params(NOTEBOOK, profile=profile)[0])
 
 
 def check_cluster_backend() -> None:
@@ -479,12 +462,10 @@ def check_cluster_backend() -> None:
 def lock_out(out: Path, stack: contextlib.ExitStack) -> None:
     """Hold the run-directory lock of `out` until `stack` closes, unless this process is a worker
     whose launcher holds it for `out`; a second holder gets a UsageError naming the first."""
-    from gpubench import runner  # noqa: PLC0415 - the run-directory lock lives there
-
     launcher, held = os.environ.get(LAUNCHER_ENV), os.environ.get(LOCKED_ENV)
     if launcher == str(os.getppid()) and held == str(out.resolve()):
         return
-    runner.lock_run_dir(out, stack)
+    rundir.lock_run_dir(out, stack)
 
 
 def tie_to_parent(parent: int) -> None:
@@ -571,7 +552,8 @@ def _cluster_part(cluster: Sequence[str], index: int, params: dict, out: Path | 
     single, local, one_reduce = single
     store = results.ResultsStore(Path(out) / "results.jsonl")
     common = dict(notebook=CLI_NOTEBOOK, env=results.default_env_name(), model=params["model"],
-                  dataset=loaded.name, data_source=loaded.source, scaling=params["scaling"])
+                  dataset=loaded.name, data_source=loaded.source,
+                  data_verified=loaded.verified, scaling=params["scaling"])
     one = params["per_replica_batch_size"]
     base = record(single, None, **common, **_placed(local), strategy="mirrored", replicas=1,
                   workers=1, global_batch_size=one, per_replica_batch_size=one,
@@ -666,7 +648,7 @@ def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLi
     every way out, Ctrl-C included.
     """
     check_cluster_backend()
-    checks.positive_int("--local-workers", count)
+    positive_int("--local-workers", count)
     cli_params(profile)  # bad profile or parameters: fail before any worker starts
     out = Path(out or default_out())
     with contextlib.ExitStack() as stack:
@@ -725,7 +707,7 @@ def cli_main(args) -> int:
     """`gpubench scaling`: local workers, or this machine's part of a cluster (TensorFlow only)."""
     check_cluster_backend()
     if args.replicas is not None:
-        checks.positive_int("--replicas", args.replicas)
+        positive_int("--replicas", args.replicas)
     if args.local_workers is not None:
         return launch_local(args.local_workers, profile=args.profile, out=args.out,
                             replicas=args.replicas)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpubench import backends, telemetry
-from gpubench.checks import positive_int
+from gpubench.params import positive_int
 
 
 def sync(*values: Any) -> None:

@@ -172,14 +172,14 @@ def test_full_disk_when_writing_run_json(capsys, tmp_path, monkeypatch):
     real_write_text = Path.write_text
 
     def full(self, *args, **kwargs):
-        if self.name == runner.MANIFEST + ".tmp":
+        if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real_write_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", full)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
     assert code == 2 and f"cannot write {tmp_path / 'r' / 'run.json'}: the disk is full" in err
-    assert not (tmp_path / "r" / "run.json.tmp").exists()
+    assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.endswith(".tmp")]
 
 
 def test_report_on_a_full_disk_is_a_clear_error(capsys, tmp_path, monkeypatch):
@@ -564,12 +564,23 @@ def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, val
             "kernel": ["run", "--kernel", "k"], "doctor": ["doctor"]}[how]
     if how == "kernel":
         _kernel(tmp_path, monkeypatch, "k", env={"KERAS_BACKEND": value})
+    elif how == "envs":  # a gpubench-ENV kernel pins its backend in its spec: that one counts
+        monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
+            "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": value}}})
     else:
         monkeypatch.setenv("KERAS_BACKEND", value)
     out = ["--out", str(tmp_path / "r")] if how != "doctor" else []
     code, _, err = _main(capsys, *argv, *out)
     assert code == 2 and f"KERAS_BACKEND={value!r}: {words}" in err and "tensorflow, jax" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_a_kernel_pins_its_backend_whatever_the_shell_says(capsys, tmp_path, monkeypatch):
+    """KERAS_BACKEND in the shell does not reach a gpubench-ENV kernel: its spec sets it."""
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
+        "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": "tensorflow"}}})
+    assert runner.check_envs(["cpu"])["cpu"].backend == "tensorflow"
 
 
 def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report):
@@ -579,7 +590,8 @@ def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report)
     code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
                             "performanceTest", "--out", str(tmp_path / "r"))
     jobs = json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]
-    assert code == 0 and sorted(j["env"] for j in jobs) == sorted(envs.kernel_specs())
+    book = sorted(e for e in envs.kernel_specs() if envs.backend_of(e) == "tensorflow")
+    assert code == 0 and sorted(j["env"] for j in jobs) == book  # other backends when named
     assert "SKIPPED" not in stdout and len(seen) == len(jobs)
     monkeypatch.setattr(envs, "kernel_specs", dict)
     code, _, err = _main(capsys, "run", "--out", str(tmp_path / "r2"))
@@ -640,8 +652,6 @@ def test_a_gpu_the_env_does_not_have_exits_2(capsys, tmp_path, monkeypatch, item
     assert "tensorflow there sees cpu" in err and not (tmp_path / "r").exists()
 
 
-@pytest.mark.skipif(not hasattr(__import__("gpubench.notebook").notebook, "check_for_backend"),
-                    reason="gpubench.notebook.check_for_backend is not written yet")
 def test_tf_data_where_tensorflow_cannot_be_imported_exits_2(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
     _fake_probe(monkeypatch, backend="jax", tensorflow=False)
@@ -674,7 +684,7 @@ def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypat
     monkeypatch.setattr(runner, "_finish_report", lambda d: pytest.fail("reported"))
 
     def full(self, *args, **kwargs):
-        if self.name == runner.MANIFEST + ".tmp":
+        if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real_write_text(self, *args, **kwargs)
 

@@ -209,14 +209,14 @@ def test_variants_change_one_factor_at_a_time():
     ({"xla_modes": []}, "xla_modes"), ({"xla_modes": ["off", "auto"]}, "auto"),
     ({"input_pipelines": ["generator"]}, "generator")])
 def test_check_params_names_the_bad_value(change, message):
-    from gpubench import notebook
+    from gpubench.params import check_params
 
     params = dict(model="mlp_h1000", epochs=3, max_train_samples=None, batch_sizes="100,1000",
                   precisions=["float32"], xla_modes=["off"], steps_per_execution=[1],
                   input_pipelines=["arrays"])
-    assert notebook.check_params("Speed_Factors", params)["batch_sizes"] == [100, 1000]
+    assert check_params("Speed_Factors", params)["batch_sizes"] == [100, 1000]
     with pytest.raises(ValueError, match=message):
-        notebook.check_params("Speed_Factors", {**params, **change})
+        check_params("Speed_Factors", {**params, **change})
 
 
 def test_factors_module_loads_no_tensorflow():
@@ -321,9 +321,10 @@ def test_jax_has_no_xla_factor_and_tf_data_needs_tensorflow():
 
 
 def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
-    from gpubench import backends, profiles
+    from gpubench import backends
+    from gpubench.params import DEFAULTS
 
-    defaults = profiles.DEFAULTS["full"]["Speed_Factors"]
+    defaults = DEFAULTS["full"]["Speed_Factors"]
     params = {name: defaults[name] for name in factors.LIST_PARAMS}
     monkeypatch.setattr(backends.part("feeds"), "tf_data_available", lambda: False)
     kept, notes = factors.chapter_values(params)

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import notebook, profiles, results
+from gpubench import notebook, params, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 MACHINE_PATHS = {str(REPO), tempfile.gettempdir() + os.sep, *([str(Path.home())] if len(Path.home().parts) > 1 else [])}
@@ -23,7 +23,7 @@ NOISE = re.compile(r"^[IWE]\d{4} |oneDNN custom operations|absl::InitializeLog|c
 
 
 def test_every_notebook_is_there():
-    assert ALL == sorted([*profiles.NOTEBOOKS, "Compare_CPU_GPU"])
+    assert ALL == sorted([*params.NOTEBOOKS, "Compare_CPU_GPU"])
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -70,7 +70,7 @@ def test_stored_outputs_come_from_a_real_run(name):
     assert "Machine:" in text and "TensorFlow 2.21" in text
     if name != "performanceTest":
         assert "Data: " in text, "the data-source line is missing"
-        assert f"epochs={profiles.DEFAULTS[profile[1]][name]['epochs']}" in text
+        assert f"epochs={params.DEFAULTS[profile[1]][name]['epochs']}" in text
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -79,16 +79,16 @@ def test_parameters_cell_is_the_contract_and_papermill_reads_it(name):
 
     found = list(papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb")))
     expected = (["run_dirs", "out"] if name == "Compare_CPU_GPU"
-                else profiles.parameter_names(name))
+                else params.parameter_names(name))
     assert found == expected
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code")
     values = {line.split("=")[0].strip(): ast.literal_eval(line.split("=", 1)[1].split("#")[0].strip())
               for line in cell.source.splitlines() if line.strip()}
-    book = profiles.DEFAULTS["full"].get(name, {})
+    book = params.DEFAULTS["full"].get(name, {})
     shown = {k: v for k, v in values.items() if v is not None}
     assert shown == {k: book[k] for k in shown}, "a value that is not the book's (full profile's)"
-    if name in profiles.TRAINING_NOTEBOOKS:  # the chapter shows the book's numbers, not None
+    if name in params.TRAINING_NOTEBOOKS:  # the chapter shows the book's numbers, not None
         assert {"epochs", "batch_size", "dataset", "device", "xla", "precision"} <= set(shown)
 
 
@@ -98,7 +98,7 @@ JUPYTERLAB_LANGUAGE_INFO = {  # what JupyterLab writes for an ipykernel kernel o
     "pygments_lexer": "ipython3"}
 
 
-@pytest.mark.parametrize("name", [*profiles.TRAINING_NOTEBOOKS, "performanceTest", "Speed_Factors"])
+@pytest.mark.parametrize("name", [*params.TRAINING_NOTEBOOKS, "performanceTest", "Speed_Factors"])
 def test_opening_the_notebook_changes_nothing(name):
     """nbformat 4.5 with cell ids and JupyterLab's language_info: opening and saving is a no-op."""
     path = NOTEBOOKS / f"{name}.ipynb"
@@ -119,7 +119,7 @@ def test_opening_the_notebook_changes_nothing(name):
     ({"dtype": "float16", "repeats": None}, {"dtype": "float16", "repeats": None}),
 ])
 def test_check_params_reads_lists_as_papermill_passes_them(given, expected):
-    assert notebook.check_params("performanceTest", given) == expected
+    assert params.check_params("performanceTest", given) == expected
 
 
 @pytest.mark.parametrize("name,given,message", [
@@ -135,38 +135,38 @@ def test_check_params_reads_lists_as_papermill_passes_them(given, expected):
 ])
 def test_check_params_names_the_bad_value(name, given, message):
     with pytest.raises(ValueError, match=message):
-        notebook.check_params(name, given)
+        params.check_params(name, given)
 
 
 def test_only_multi_gpu_scaling_takes_virtual_cpu_devices():
     """virtual_devices=N splits the CPU into cpu:0..cpu:N-1; elsewhere there is one CPU."""
     given = {"devices": "cpu:0,cpu:1", "virtual_devices": 2}
-    assert notebook.check_params("Multi_GPU_Scaling", given) == {"devices": ["cpu:0", "cpu:1"],
+    assert params.check_params("Multi_GPU_Scaling", given) == {"devices": ["cpu:0", "cpu:1"],
                                                                  "virtual_devices": 2}
     with pytest.raises(ValueError, match=r"'cpu:1'.*one CPU device.*virtual_devices"):
-        notebook.check_params("performanceTest", {"devices": "cpu,cpu:1"})
+        params.check_params("performanceTest", {"devices": "cpu,cpu:1"})
     with pytest.raises(ValueError, match=r"unknown device 'cpu:x'"):
-        notebook.check_params("Multi_GPU_Scaling", {"devices": "cpu:x"})
+        params.check_params("Multi_GPU_Scaling", {"devices": "cpu:x"})
 
 
 def test_check_params_loads_no_tensorflow():
-    script = ("import sys; from gpubench import notebook\n"
-              "notebook.check_params('Mnist_CNN', {'device': 'gpu:1', 'dataset': 'mnist', "
+    script = ("import sys; from gpubench import params\n"
+              "params.check_params('Mnist_CNN', {'device': 'gpu:1', 'dataset': 'mnist', "
               "'data_source': 'synthetic', 'xla': 'on'})\n"
               "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", script], cwd=REPO).returncode == 0
 
 
 def test_quick_profile_replaces_the_book_values_and_says_so():
-    book = profiles.DEFAULTS["full"]["Mnist_CNN"]
-    params, changed = profiles.resolve("Mnist_CNN", profile="quick", **book)
-    quick = profiles.DEFAULTS["quick"]["Mnist_CNN"]
-    assert params["epochs"] == quick["epochs"] < book["epochs"]
+    book = params.DEFAULTS["full"]["Mnist_CNN"]
+    chosen, changed = params.resolve("Mnist_CNN", profile="quick", **book)
+    quick = params.DEFAULTS["quick"]["Mnist_CNN"]
+    assert chosen["epochs"] == quick["epochs"] < book["epochs"]
     assert changed["epochs"] == (book["epochs"], quick["epochs"])
     assert changed["max_train_samples"] == (None, quick["max_train_samples"])
-    own, changed = profiles.resolve("Mnist_CNN", profile="quick", epochs=2)  # not the book's: kept
+    own, changed = params.resolve("Mnist_CNN", profile="quick", epochs=2)  # not the book's: kept
     assert own["epochs"] == 2 and "epochs" not in changed
-    full, changed = profiles.resolve("Mnist_CNN", profile="full", **book)
+    full, changed = params.resolve("Mnist_CNN", profile="full", **book)
     assert full["epochs"] == book["epochs"] and changed == {}
 
 
@@ -193,7 +193,7 @@ def _papermill(name: str, tmp_path, kernel: str, *params: str) -> tuple[str, lis
 @pytest.mark.slow
 def test_performance_test_notebook_records_every_measurement(tmp_path, cpu_kernel):
     text, records = _papermill("performanceTest", tmp_path, cpu_kernel)
-    sizes = profiles.DEFAULTS["quick"]["performanceTest"]["sizes"]
+    sizes = params.DEFAULTS["quick"]["performanceTest"]["sizes"]
     devices_seen = sorted({r["device"] for r in records})
     assert sorted((r["size"], r["device"], r["method"]) for r in records) == sorted(
         (s, d, m) for s in sizes for d in devices_seen for m in ("book", "rigorous"))
@@ -213,9 +213,9 @@ def test_training_notebook_writes_its_train_record(tmp_path, cpu_kernel, name):
     text, records = _papermill(name, tmp_path, cpu_kernel, "-p", "data_source", "synthetic")
     (record,) = records
     results.validate(record)
-    quick = profiles.DEFAULTS["quick"][name]
+    quick = params.DEFAULTS["quick"][name]
     assert record["status"] == "ok" and record["benchmark"] == "train"
-    assert record["model"] == profiles.TRAINING_NOTEBOOKS[name]
+    assert record["model"] == params.TRAINING_NOTEBOOKS[name]
     assert record["data_source"] == "synthetic" and "SYNTHETIC DATA" in text
     assert record["epochs"] == quick["epochs"] == len(record["epoch_seconds"])
     assert record["batch_size"] == quick["batch_size"]

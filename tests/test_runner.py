@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from conftest import REPO, python_env
-from gpubench import profiles, results
+from gpubench import params, results
 
 pytestmark = pytest.mark.slow
 RUN = [sys.executable, "-m", "gpubench", "run"]
@@ -27,13 +27,13 @@ def _run(args, env=None, timeout=1200):
 
 
 def test_quick_run_writes_the_whole_run_directory(quick_run):
-    for nb in profiles.NOTEBOOKS:
+    for nb in params.NOTEBOOKS:
         out = quick_run / "cpu" / f"{nb}.ipynb"
         assert out.exists(), out
         assert not any(o.output_type == "error" for c in nbformat.read(out, 4).cells
                        if c.cell_type == "code" for o in c.outputs)
     records = results.read_records(quick_run)
-    assert {r["notebook"] for r in records} == set(profiles.NOTEBOOKS)
+    assert {r["notebook"] for r in records} == set(params.NOTEBOOKS)
     assert {r["attempt"] for r in records} == {1}
     assert {r["env"] for r in records} == {"cpu"}
     assert len({r["run_id"] for r in records}) == 1
@@ -47,7 +47,7 @@ def test_quick_run_writes_the_whole_run_directory(quick_run):
 
 
 def test_quick_run_summary(quick_run_output):
-    assert f"{len(profiles.NOTEBOOKS)} ok" in quick_run_output
+    assert f"{len(params.NOTEBOOKS)} ok" in quick_run_output
     assert "Report:" in quick_run_output
     # the kernels' channels are encrypted, so ipykernel's plain-TCP warning is gone
     assert "without encryption" not in quick_run_output
@@ -56,12 +56,12 @@ def test_quick_run_summary(quick_run_output):
 
 def test_quick_run_progress_lines_estimate_what_is_left(quick_run_output):
     """Without a terminal (CI, a log file) each job starts with "[k/N] env/nb (elapsed, left)"."""
-    count = len(profiles.NOTEBOOKS)
+    count = len(params.NOTEBOOKS)
     lines = re.findall(rf"^\[(\d)/{count}\] cpu/(\w+)  \(elapsed (\d+):(\d\d), about (\d+):(\d\d) left\)$",
                        quick_run_output, re.M)
     assert [int(k) for k, *_ in lines] == list(range(1, count + 1))
-    expected = profiles.EXPECTED_SECONDS["quick"]
-    total = sum(expected[n] for n in profiles.NOTEBOOKS)
+    expected = params.EXPECTED_SECONDS["quick"]
+    total = sum(expected[n] for n in params.NOTEBOOKS)
     done = 0
     for _, name, em, es, lm, ls in lines:
         elapsed, left = int(em) * 60 + int(es), int(lm) * 60 + int(ls)
@@ -307,7 +307,7 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("running", 1)
     killed = results.read_records(run_dir)
-    sweep = len(profiles.DEFAULTS["quick"]["performanceTest"]["sizes"]) * 2  # book, rigorous
+    sweep = len(params.DEFAULTS["quick"]["performanceTest"]["sizes"]) * 2  # book, rigorous
     assert 2 <= len(killed) < sweep and {r["attempt"] for r in killed} == {1}
 
     resumed = _run(["--resume", str(run_dir)], timeout=600)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import backends, results, scaling
+from gpubench import backends, params, results, scaling
 
 CLI = [sys.executable, "-m", "gpubench", "scaling"]
 TWO_PORTS = "127.0.0.1:12345,127.0.0.1:12346"
@@ -65,13 +65,13 @@ GOOD = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_ba
 ])
 def test_check_params_names_the_bad_value(change, named):
     with pytest.raises(ValueError, match=named):
-        scaling.check_params({**GOOD, **change})
+        params.check_scaling({**GOOD, **change})
 
 
 def test_check_params_normalises_lists():
-    checked = scaling.check_params({**GOOD, "replicas": 2, "devices": "gpu:0"})
+    checked = params.check_scaling({**GOOD, "replicas": 2, "devices": "gpu:0"})
     assert checked["replicas"] == [2] and checked["devices"] == ["gpu:0"]
-    checked = scaling.check_params({**GOOD, "replicas": "1,2", "devices": "cpu:0,cpu:1"})
+    checked = params.check_scaling({**GOOD, "replicas": "1,2", "devices": "cpu:0,cpu:1"})
     assert checked["replicas"] == [1, 2] and checked["devices"] == ["cpu:0", "cpu:1"]
 
 
@@ -148,7 +148,7 @@ def test_sweep_refuses_bad_devices_and_replica_counts():
         scaling.sweep("mlp_h1000", data, replicas=[0])
     with pytest.raises(devices.DeviceError, match="cpu:3"):
         scaling.sweep("mlp_h1000", data, devices=["cpu:3"])
-    with pytest.raises(devices.DeviceError, match="tpu:0"):
+    with pytest.raises(params.ParameterError, match="tpu:0"):  # by its syntax, before devices
         scaling.sweep("mlp_h1000", data, devices=["tpu:0"])
 
 

@@ -2,7 +2,7 @@
 
 Each model is written once, in its chapter (d2l's way). The code below a cell's
 `#@save` line goes between the BEGIN/END CHAPTER MODELS markers of
-gpubench/models.py, in the order of profiles.TRAINING_NOTEBOOKS. With --check,
+gpubench/models.py, in the order of params.TRAINING_NOTEBOOKS. With --check,
 nothing is written and the exit status is 1 when models.py differs.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 
-from gpubench import profiles
+from gpubench import params
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_PY = ROOT / "gpubench" / "models.py"
@@ -44,7 +44,7 @@ def render(models_py: str, chapters: list[str]) -> str:
 
 def exported() -> str:
     """What gpubench/models.py should read, given the notebooks."""
-    chapters = [saved_code(ROOT / "notebooks" / f"{name}.ipynb") for name in profiles.TRAINING_NOTEBOOKS]
+    chapters = [saved_code(ROOT / "notebooks" / f"{name}.ipynb") for name in params.TRAINING_NOTEBOOKS]
     return render(MODELS_PY.read_text(encoding="utf-8"), chapters)
 
 

@@ -1,0 +1,354 @@
+"""Every notebook's parameters: their names, accepted values, profiles, and the checks.
+
+The ground layer (stdlib only, no gpubench import): the runner checks `-p` values with
+these rules before any kernel starts, and `gb.notebook.start` checks the same values in the
+kernel. The `full` profile holds the book's values (each parameters cell shows them; a test
+ties the two), and `quick` only what a smoke run changes. None takes the profile's default
+(so does the book's value in the quick profile). None for `profile`, `data_source` and
+`data_dir` reads GPUBENCH_PROFILE (else "full"), GPUBENCH_DATA_SOURCE (else "auto") and
+GPUBENCH_DATA_DIR; GPUBENCH_DATASET replaces the book's `dataset` where it has the same
+image shape (MNIST and Fashion-MNIST, 28x28 grey; CIFAR-10 is 32x32 colour).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from typing import Any
+
+PROFILES = ("full", "quick")
+NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN",
+             "Speed_Factors", "Multi_GPU_Scaling")
+TRAINING_NOTEBOOKS = {"Mnist_MLP_h1000": "mlp_h1000", "Mnist_CNN": "mnist_cnn",
+                      "Keras_Cifar_CNN": "cifar_cnn"}
+SPEED_FACTORS_MODELS = ("mlp_h1000", "mnist_cnn")  # the models Speed_Factors trains
+
+DATASETS = ("mnist", "fashion_mnist", "cifar10")
+SOURCES = ("auto", "keras", "dir", "synthetic")
+# Datasets a chapter's model can take in place of its own: the same image shape.
+_SHAPE = {"mnist": "28x28 grey", "fashion_mnist": "28x28 grey", "cifar10": "32x32 colour"}
+
+# The values a parameter (or each item of a list parameter) may take.
+CHOICES = {
+    "model": tuple(TRAINING_NOTEBOOKS.values()),
+    "dtype": ("float32", "float64", "float16", "bfloat16"),
+    "xla": ("off", "on", "auto"),
+    "precision": ("float32", "mixed_float16", "mixed_bfloat16"),
+    "input_pipeline": ("arrays", "tf.data", "on_device"),
+    "scaling": ("weak", "strong"),
+}
+
+COMMON = ("profile", "results_path", "env_name")  # the runner sets these
+_DATA = ("dataset", "data_source", "data_dir")
+PARAMS = {  # each notebook's own parameters, in its parameters cell's order
+    "performanceTest": ("sizes", "devices", "repeats", "dtype"),
+    **{name: ("device", "epochs", "batch_size", "max_train_samples", *_DATA, "xla", "precision")
+       for name in TRAINING_NOTEBOOKS},
+    "Speed_Factors": ("model", "devices", "epochs", "max_train_samples", *_DATA, "batch_sizes",
+                      "precisions", "xla_modes", "steps_per_execution", "input_pipelines"),
+    "Multi_GPU_Scaling": ("model", "devices", "replicas", "per_replica_batch_size", "scaling",
+                          "epochs", "max_train_samples", *_DATA, "virtual_devices"),
+}
+
+
+def _chapter(epochs: int, batch_size: int, dataset: str) -> dict:
+    """A training chapter's defaults; XLA off and float32 in every env: like for like."""
+    return {"device": "auto", "epochs": epochs, "batch_size": batch_size,
+            "max_train_samples": None, "dataset": dataset, "xla": "off", "precision": "float32"}
+
+
+_FULL = {  # the book's settings
+    "performanceTest": {"sizes": list(range(500, 5001, 500)), "devices": None, "repeats": 5,
+                        "dtype": ["float32", "bfloat16", "float16"]},
+    "Mnist_MLP_h1000": _chapter(15, 100, "mnist"),
+    "Mnist_CNN": _chapter(15, 100, "mnist"),
+    "Keras_Cifar_CNN": _chapter(15, 128, "cifar10"),
+    "Speed_Factors": {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
+                      "steps_per_execution": [1, 32],
+                      "input_pipelines": list(CHOICES["input_pipeline"]), "epochs": 5,
+                      "max_train_samples": None, "batch_sizes": [32, 100, 256, 1024, 4096],
+                      "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
+    "Multi_GPU_Scaling": {"model": "mlp_h1000", "devices": None, "replicas": None,
+                          "per_replica_batch_size": 100, "scaling": "weak", "dataset": "mnist",
+                          "virtual_devices": None, "epochs": 5, "max_train_samples": None},
+}
+_QUICK = {  # what the quick profile changes
+    "performanceTest": {"sizes": [500, 1000, 1500, 2000], "repeats": 3, "dtype": "float32"},
+    "Mnist_MLP_h1000": {"epochs": 3, "max_train_samples": 12000},
+    "Mnist_CNN": {"epochs": 3, "max_train_samples": 10000},
+    "Keras_Cifar_CNN": {"epochs": 3, "max_train_samples": 3000},
+    "Speed_Factors": {"epochs": 3, "max_train_samples": 3000, "batch_sizes": [100, 1000],
+                      "precisions": ["float32", "mixed_bfloat16"]},
+    "Multi_GPU_Scaling": {"epochs": 3, "max_train_samples": 6000},
+}
+DEFAULTS = {"full": _FULL, "quick": {nb: {**_FULL[nb], **_QUICK[nb]} for nb in NOTEBOOKS}}
+
+# Rough wall time of each notebook on a 2-core CPU, kernel start included (seconds);
+# the runner weighs its progress bar and ETA with these.
+EXPECTED_SECONDS = {
+    "full": {"performanceTest": 120, "Mnist_MLP_h1000": 90, "Mnist_CNN": 300,
+             "Keras_Cifar_CNN": 700, "Speed_Factors": 360, "Multi_GPU_Scaling": 240},
+    "quick": {"performanceTest": 30, "Mnist_MLP_h1000": 30, "Mnist_CNN": 45,
+              "Keras_Cifar_CNN": 40, "Speed_Factors": 75, "Multi_GPU_Scaling": 45},
+}
+
+ACCEPTED_DEVICES = ('"auto", "cpu", "gpu", "gpu:N", or TensorFlow\'s "/CPU:0", "/GPU:N", '
+                    '"/device:GPU:N"')
+DEVICE_PATTERN = re.compile(r"^/?(?:device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
+
+
+class ParameterError(ValueError):
+    """A notebook parameter that is unknown or has a bad value; the message names it and what
+    to use instead. Jupyter and papermill show only the message, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for this error: its message, no traceback."""
+        return [f"{type(self).__name__}: {self}"]
+
+
+# ---------------------------------------------------------------- one value at a time
+
+
+def positive_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = False) -> Any:
+    """Return `value` if it is an int >= `minimum` (or None when allowed), else raise naming it."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ParameterError(f"{name} must be {what}{' or None' if allow_none else ''}, "
+                             f"got {value!r}")
+    return value
+
+
+def check_device(name: object, *, virtual_cpus: bool = False) -> str:
+    """`name` stripped if its syntax is a device's ("cpu:N" only if virtual_cpus); it does not
+    look at the machine (`devices.resolve` does)."""
+    if not isinstance(name, str):
+        raise ParameterError(f"device must be a string, got {name!r}; use one of "
+                             f"{ACCEPTED_DEVICES}")
+    match = DEVICE_PATTERN.match(name.strip())
+    if name.strip().lower() != "auto" and not match:
+        raise ParameterError(f"unknown device {name!r}; use one of {ACCEPTED_DEVICES}")
+    if match and match[1].lower() == "cpu" and int(match[2] or 0) != 0 and not virtual_cpus:
+        raise ParameterError(f"unknown device {name!r}: there is one CPU device, use \"cpu\" "
+                             "(Multi_GPU_Scaling's virtual_devices=N splits it into "
+                             "cpu:0..cpu:N-1)")
+    return name.strip()
+
+
+def check_dataset(name: object) -> str:
+    """The canonical dataset name ("Fashion-MNIST" -> "fashion_mnist"), or raise naming it."""
+    if isinstance(name, str) and name.strip().lower().replace("-", "_") in DATASETS:
+        return name.strip().lower().replace("-", "_")
+    raise ParameterError(f"unknown dataset {name!r}; use one of {', '.join(DATASETS)}")
+
+
+def check_source(source: object) -> str:
+    """The canonical data source (None -> "auto"), or raise naming it."""
+    text = ("auto" if source is None else source.strip().lower() if isinstance(source, str)
+            else None)
+    if text in SOURCES:
+        return text
+    raise ParameterError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)} "
+                         "(or None for auto)")
+
+
+def resolve_profile(profile: str | None) -> str:
+    """The profile to use: `profile`, else GPUBENCH_PROFILE, else "full"."""
+    chosen = profile if profile is not None else os.environ.get("GPUBENCH_PROFILE") or "full"
+    if chosen not in PROFILES:
+        where = "" if profile is not None else " (from GPUBENCH_PROFILE)"
+        raise ParameterError(f"unknown profile {chosen!r}{where}; use one of "
+                             f"{', '.join(PROFILES)}")
+    return chosen
+
+
+_POSITIVE = ("repeats", "epochs", "batch_size", "max_train_samples", "per_replica_batch_size",
+             "virtual_devices")
+_INT_LISTS = ("sizes", "batch_sizes", "steps_per_execution", "replicas")
+_LISTS_OF = {"precisions": "precision", "xla_modes": "xla", "input_pipelines": "input_pipeline",
+             "dtype": "dtype"}
+
+
+def _hint(name: str) -> str:
+    """How to pass list parameter `name`: in the notebook, to papermill, to gpubench run."""
+    items = (["cpu", "gpu:0"] if name == "devices" else ["100", "1000"] if name in _INT_LISTS
+             else list(CHOICES[_LISTS_OF[name]][:2]))
+    python = str([int(i) if i.isdigit() else i for i in items]).replace("'", '"')
+    return (f"pass a list such as {python} (papermill: -y \"{name}: [{', '.join(items)}]\"; "
+            f"gpubench run: -p {name}={','.join(items)})")
+
+
+def _as_list(name: str, value) -> list:
+    """Lists as they are, "[a, b]" or "a,b" (as papermill -p passes them) parsed, one value
+    wrapped."""
+    if isinstance(value, str):
+        try:
+            value = (ast.literal_eval(value) if value.strip().startswith("[")
+                     else [item.strip().strip("'\"") for item in value.split(",")])
+        except (ValueError, SyntaxError):
+            raise ParameterError(f"{name}={value!r} is not a list; {_hint(name)}") from None
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not value:
+        raise ParameterError(f"{name} is empty; {_hint(name)}")
+    return value
+
+
+def _positive_item(name: str, item) -> int:
+    try:
+        number = int(item) if isinstance(item, str) and item.isdigit() else item
+        return positive_int(name, number)
+    except ValueError:
+        raise ParameterError(f"{name}: {item!r} is not a positive integer; "
+                             f"{_hint(name)}") from None
+
+
+def _one_of(name: str, value, kind: str) -> str:
+    if value not in CHOICES[kind]:
+        where = f" in {name}; {_hint(name)}" if name != kind else ""
+        raise ParameterError(f"unknown {kind} {value!r}; use one of "
+                             f"{', '.join(CHOICES[kind])}{where}")
+    return value
+
+
+def check_value(name: str, value, *, virtual_cpus: bool = False):
+    """Return `value` checked (a list parameter as a list), or raise naming it and what to do."""
+    if value is None:
+        return None
+    if name in _POSITIVE:
+        return positive_int(name, value)
+    if name in _INT_LISTS:
+        return [_positive_item(name, item) for item in _as_list(name, value)]
+    if name == "dtype" and isinstance(value, str) and "," not in value:
+        return _one_of(name, value.strip(), "dtype")
+    if name in _LISTS_OF:
+        return [_one_of(name, item, _LISTS_OF[name]) for item in _as_list(name, value)]
+    if name in CHOICES:
+        return _one_of(name, value, name)
+    if name == "device":
+        return check_device(value)
+    if name == "devices":  # "cpu:N" where virtual_devices splits the CPU (Multi_GPU_Scaling)
+        return [check_device(d, virtual_cpus=virtual_cpus) for d in _as_list(name, value)]
+    if name == "profile":
+        return resolve_profile(value)
+    if name == "dataset":
+        return check_dataset(value)
+    if name == "data_source":
+        return check_source(value)
+    if not isinstance(value, (str, os.PathLike)):  # results_path, env_name, data_dir
+        raise ParameterError(f"{name} must be a path or a name (a string), got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- a notebook's own rules
+
+
+def check_speed_factors(params: dict) -> dict:
+    """Speed_Factors' rules beyond each value's own: its two models, two rounds or more, XLA off
+    or on. Returns `params`; raises naming the bad value."""
+    if params.get("model") not in SPEED_FACTORS_MODELS:
+        raise ParameterError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
+                             f"use one of {', '.join(SPEED_FACTORS_MODELS)}")
+    positive_int("epochs", params.get("epochs"), minimum=2)
+    if "auto" in (params.get("xla_modes") or ()):
+        raise ParameterError("xla_modes: 'auto' lets Keras choose, which differs by device; "
+                             "list the modes to compare: off, on")
+    return params
+
+
+def check_scaling(params: dict) -> dict:
+    """Multi_GPU_Scaling's parameters checked together; `devices` and `replicas` become lists
+    (or stay None). Device names are checked against the machine later."""
+    if params.get("model") not in CHOICES["model"]:
+        raise ParameterError(f"unknown model {params.get('model')!r}; use one of "
+                             f"{', '.join(CHOICES['model'])}")
+    positive_int("per_replica_batch_size", params.get("per_replica_batch_size"))
+    positive_int("epochs", params.get("epochs"))
+    params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
+                           ("devices", "replicas", "max_train_samples", "virtual_devices")}}
+    if params.get("scaling") not in CHOICES["scaling"]:
+        raise ParameterError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed "
+                             "batch per replica) or \"strong\" (fixed global batch)")
+    return params
+
+
+_OWN_RULES = {"Speed_Factors": check_speed_factors, "Multi_GPU_Scaling": check_scaling}
+
+
+# ---------------------------------------------------------------- names and whole notebooks
+
+
+def parameter_names(notebook: str) -> list[str]:
+    """The parameters a notebook takes, in the order of its parameters cell; or raise naming it."""
+    if notebook not in NOTEBOOKS:
+        raise ParameterError(f"unknown notebook {notebook!r}; use one of {', '.join(NOTEBOOKS)}")
+    return [*COMMON, *PARAMS[notebook]]
+
+
+def check_names(notebook: str, given: dict | list) -> None:
+    """Raise naming every parameter in `given` that `notebook` does not take."""
+    unknown = sorted(set(given) - set(parameter_names(notebook)))
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {', '.join(unknown)} for {notebook}; "
+                             f"it takes {', '.join(parameter_names(notebook))}")
+
+
+def check_params(notebook: str, given: dict) -> dict:
+    """Check names against `notebook`'s parameters and each value by its rule (its own rules
+    on the given values over the book's); return them checked."""
+    check_names(notebook, given)
+    cpus = "virtual_devices" in PARAMS[notebook]  # devices "cpu:N" name virtual CPUs
+    checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
+    if notebook in _OWN_RULES:
+        merged = _OWN_RULES[notebook]({**DEFAULTS["full"][notebook],
+                                       **{k: v for k, v in checked.items() if v is not None}})
+        checked = {k: None if v is None else merged.get(k, v) for k, v in checked.items()}
+    return checked
+
+
+def check_for_backend(notebook: str, params: dict, backend: str,
+                      tensorflow_importable: bool) -> dict:
+    """`params` checked against what `backend` can run (before any kernel starts); raises naming
+    the value and what to use instead. Returns them unchanged."""
+    pipelines = params.get("input_pipelines") or []
+    if "tf.data" in pipelines and not tensorflow_importable:
+        raise ParameterError(
+            f"{notebook}: input_pipelines includes 'tf.data', but TensorFlow cannot be imported "
+            f"in this {backend} env; drop it (e.g. -p input_pipelines=arrays,on_device) or "
+            "`pip install tensorflow-cpu` into that env")
+    return params
+
+
+def _env_dataset(book: str) -> str | None:
+    """GPUBENCH_DATASET checked, when it has the shape of `book` (the chapter's own dataset)."""
+    text = os.environ.get("GPUBENCH_DATASET")
+    if not text:
+        return None
+    try:
+        name = check_dataset(text)
+    except ParameterError as exc:
+        raise ParameterError(f"{exc} (from GPUBENCH_DATASET)") from None
+    return name if _SHAPE[name] == _SHAPE[book] else None
+
+
+def resolve(notebook: str, **given) -> tuple[dict, dict]:
+    """(parameters with the profile's values and the GPUBENCH_* variables filled in,
+    {name: (book, quick)} for those the quick profile replaced)."""
+    check_names(notebook, given)
+    params = {name: given.get(name) for name in parameter_names(notebook)}
+    params["profile"] = profile = resolve_profile(given.get("profile"))
+    changed = {}
+    book = DEFAULTS["full"][notebook]
+    for name, default in DEFAULTS[profile][notebook].items():
+        if params[name] is None or params[name] == book[name]:
+            params[name] = default
+            if default != book[name]:
+                changed[name] = (book[name], default)
+    if "data_source" in params:
+        if params["dataset"] == book["dataset"]:  # the book's: the variable may name another
+            params["dataset"] = _env_dataset(book["dataset"]) or params["dataset"]
+        params["data_source"] = (params["data_source"] or os.environ.get("GPUBENCH_DATA_SOURCE")
+                                 or "auto")
+        params["data_dir"] = params["data_dir"] or os.environ.get("GPUBENCH_DATA_DIR") or None
+    return params, changed

@@ -1,0 +1,84 @@
+"""A run directory's files: the lock that keeps it to one process, and writes that never leave
+a half-written file.
+
+RUN_DIR/run.lock is flock-ed by the process using the directory (`gpubench run`, `--resume`,
+`gpubench scaling`'s launcher or worker 0); the OS drops the lock when that process dies.
+Files are written through a temp file of this process's own and `os.replace`, so a reader
+sees the old file or the new one, and two writers never share a temp file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: gpubench runs in WSL2 there; no locks
+    fcntl = None
+
+from gpubench import results
+
+LOCK = "run.lock"
+
+
+class UsageError(ValueError):
+    """Bad usage of `gpubench run` (or `scaling`): the CLI exits with code 2."""
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
+    """Hold an exclusive flock on `path` (the OS drops it if we die); wait=False raises
+    BlockingIOError when another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def holder(run_dir: Path) -> str:
+    """The PID written in run.lock by the process holding it (it may still be writing it)."""
+    for _ in range(20):
+        if pid := (run_dir / LOCK).read_text().strip():
+            return pid
+        time.sleep(0.05)
+    return "unknown"
+
+
+def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
+    """Hold run.lock in `run_dir` until `stack` closes; a second process: UsageError naming it."""
+    try:
+        fd = stack.enter_context(locked(run_dir / LOCK, wait=False))
+    except BlockingIOError:
+        raise UsageError(f"{run_dir} is in use by another gpubench run (PID {holder(run_dir)}); "
+                         "wait for it to end, or stop it first") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write in {run_dir}: {results.write_problem(exc)}; "
+                         "choose a writable --out") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as exc:
+        raise UsageError(f"cannot write {run_dir / LOCK}: {results.write_problem(exc)}; free "
+                         f"some space or make {run_dir} writable") from None
+
+
+def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
+    """`save(tmp)` into a temp file beside `target`, then replace `target` with it; on any
+    failure the temp file is removed and the error raised. Returns `target`."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        save(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    return target

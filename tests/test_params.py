@@ -1,0 +1,202 @@
+"""gpubench.params, the one home of the notebooks' parameter rules, and what `notebook.start`
+adds in the kernel: names papermill injected that no parameters cell declares."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import NOTEBOOKS, REPO, python_env
+from gpubench import devices, notebook, params
+from gpubench.params import ParameterError
+
+
+@pytest.fixture(autouse=True)
+def _no_gpubench_variables(monkeypatch):
+    for name in ("GPUBENCH_PROFILE", "GPUBENCH_DATASET", "GPUBENCH_DATA_SOURCE",
+                 "GPUBENCH_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# ---- one value at a time
+
+@pytest.mark.parametrize("value,minimum,allow_none,ok", [
+    (1, 1, False, True), (0, 1, False, False), (0, 0, False, True), (True, 1, False, False),
+    (2.0, 1, False, False), ("3", 1, False, False), (None, 1, True, True), (None, 1, False, False),
+])
+def test_positive_int(value, minimum, allow_none, ok):
+    if ok:
+        assert params.positive_int("n", value, minimum=minimum, allow_none=allow_none) == value
+    else:
+        with pytest.raises(ParameterError, match=rf"n must be .*got {value!r}"):
+            params.positive_int("n", value, minimum=minimum, allow_none=allow_none)
+
+
+def test_every_check_raises_the_parameter_error():
+    """One class for every parameter problem; still a ValueError for callers that catch those."""
+    bad = [lambda: params.check_value("epochs", 0), lambda: params.check_value("xla", "yes"),
+           lambda: params.check_value("sizes", "[1,"), lambda: params.check_value("device", 3),
+           lambda: params.check_value("dataset", "imagenet"),
+           lambda: params.check_value("data_source", "s3"),
+           lambda: params.check_value("profile", "fast"),
+           lambda: params.check_params("Mnist_CNN", {"sizes": [1]}),
+           lambda: params.parameter_names("Mnist")]
+    for call in bad:
+        with pytest.raises(ParameterError):
+            call()
+    assert issubclass(ParameterError, ValueError)
+
+
+def test_the_error_shows_as_one_line_in_jupyter():
+    exc = ParameterError("unknown parameter(s) epoch for Mnist_CNN; it takes epochs")
+    assert exc._render_traceback_() == [
+        "ParameterError: unknown parameter(s) epoch for Mnist_CNN; it takes epochs"]
+
+
+@pytest.mark.parametrize("name,canonical", [("auto", "auto"), (" gpu:1 ", "gpu:1"),
+                                            ("/GPU:0", "/GPU:0"), ("/device:CPU:0", "/device:CPU:0")])
+def test_device_syntax(name, canonical):
+    assert params.check_device(name) == canonical
+
+
+def test_device_syntax_refuses_by_name_and_devices_keeps_its_error():
+    with pytest.raises(ParameterError, match=r"unknown device 'tpu'.*\"gpu:N\""):
+        params.check_device("tpu")
+    with pytest.raises(ParameterError, match="one CPU device"):
+        params.check_device("cpu:1")
+    assert params.check_device("cpu:1", virtual_cpus=True) == "cpu:1"
+    with pytest.raises(devices.DeviceError, match="unknown device 'tpu'"):
+        devices.check_name("tpu")
+
+
+def test_dataset_and_source_names():
+    assert params.check_dataset("Fashion-MNIST") == "fashion_mnist"
+    assert params.check_source(None) == "auto" and params.check_source(" Dir ") == "dir"
+    with pytest.raises(ParameterError, match="unknown data source 's3'"):
+        params.check_source("s3")
+
+
+# ---- a notebook's own rules, here and nowhere else
+
+@pytest.mark.parametrize("given,message", [
+    ({"model": "cifar_cnn"}, "not one Speed_Factors trains"), ({"epochs": 1}, "epochs"),
+    ({"xla_modes": "off,auto"}, "xla_modes: 'auto'"),
+])
+def test_speed_factors_rules_apply_to_the_given_values(given, message):
+    with pytest.raises(ParameterError, match=message):
+        params.check_params("Speed_Factors", given)
+
+
+def test_scaling_rules_and_lists():
+    checked = params.check_params("Multi_GPU_Scaling", {"replicas": "1,2", "scaling": "strong"})
+    assert checked == {"replicas": [1, 2], "scaling": "strong"}
+    with pytest.raises(ParameterError, match="linear"):
+        params.check_params("Multi_GPU_Scaling", {"scaling": "linear"})
+
+
+def test_check_for_backend_refuses_tf_data_without_tensorflow():
+    given = {"input_pipelines": ["arrays", "tf.data"]}
+    assert params.check_for_backend("Speed_Factors", given, "tensorflow", True) is given
+    with pytest.raises(ParameterError, match="tf.data.*jax env"):
+        params.check_for_backend("Speed_Factors", given, "jax", False)
+
+
+# ---- profiles and environment variables
+
+def test_quick_profile_only_overrides_what_it_names():
+    for nb in params.NOTEBOOKS:
+        quick, full = params.DEFAULTS["quick"][nb], params.DEFAULTS["full"][nb]
+        assert set(quick) == set(full) == set(params.PARAMS[nb]) - {"data_source", "data_dir"}
+        assert quick["epochs" if "epochs" in quick else "repeats"] < \
+            full["epochs" if "epochs" in full else "repeats"]
+
+
+def test_environment_variables_fill_what_is_none(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUBENCH_PROFILE", "quick")
+    monkeypatch.setenv("GPUBENCH_DATA_SOURCE", "synthetic")
+    monkeypatch.setenv("GPUBENCH_DATA_DIR", str(tmp_path))
+    chosen, _ = params.resolve("Mnist_CNN")
+    assert (chosen["profile"], chosen["data_source"], chosen["data_dir"]) == \
+        ("quick", "synthetic", str(tmp_path))
+    chosen, _ = params.resolve("Mnist_CNN", profile="full", data_source="keras")
+    assert (chosen["profile"], chosen["data_source"]) == ("full", "keras")
+    monkeypatch.setenv("GPUBENCH_PROFILE", "fast")
+    with pytest.raises(ParameterError, match="'fast' \\(from GPUBENCH_PROFILE\\)"):
+        params.resolve("Mnist_CNN")
+
+
+def test_gpubench_dataset_names_the_dataset_where_the_shape_fits(monkeypatch):
+    monkeypatch.setenv("GPUBENCH_DATASET", "Fashion-MNIST")
+    for nb in ("Mnist_MLP_h1000", "Mnist_CNN", "Speed_Factors", "Multi_GPU_Scaling"):
+        assert params.resolve(nb)[0]["dataset"] == "fashion_mnist", nb
+        assert params.resolve(nb, dataset="mnist")[0]["dataset"] == "fashion_mnist", nb
+    assert params.resolve("Keras_Cifar_CNN")[0]["dataset"] == "cifar10"  # 32x32 colour images
+    monkeypatch.setenv("GPUBENCH_DATASET", "mnist")
+    assert params.resolve("Mnist_CNN", dataset="fashion_mnist")[0]["dataset"] == "fashion_mnist"
+    monkeypatch.setenv("GPUBENCH_DATASET", "imagenet")
+    with pytest.raises(ParameterError, match="'imagenet'.*from GPUBENCH_DATASET"):
+        params.resolve("Mnist_CNN")
+
+
+# ---- names papermill injected
+
+def _kernel_globals(*cells: str, **defined) -> dict:
+    """What a kernel's globals() hold after running `cells` (IPython keeps them in `In`)."""
+    return {"In": ["", *cells], "Out": {}, "get_ipython": print, "gb": notebook, **defined}
+
+
+def test_injected_names_are_read_from_papermills_cell():
+    values = _kernel_globals("profile = None\nepochs = 15\n", "# Parameters\nepoch = 2\nxla = \"on\"\n",
+                             "import gpubench as gb")
+    assert notebook.injected_names(values) == ["epoch", "xla"]
+    # a cell of the user's own that starts with the same comment but does more: not papermill's
+    assert notebook.injected_names(_kernel_globals("# Parameters\nprint(1)\nx = 2\n")) == []
+    assert notebook.injected_names({"epochs": 3}) == []  # a plain dict: nothing injected
+
+
+def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path):
+    path = tmp_path / "results.jsonl"
+    values = _kernel_globals("epochs = 15\n", "# Parameters\nepoch = 2\n", epochs=15, epoch=2,
+                             results_path=str(path), model="not a parameter of this notebook")
+    with pytest.raises(ParameterError) as info:
+        notebook.start("Mnist_MLP_h1000", values)
+    message = str(info.value)
+    assert "epoch passed to Mnist_MLP_h1000" in message and "model" not in message
+    assert f"it takes {', '.join(params.parameter_names('Mnist_MLP_h1000'))}" in message
+    assert not path.exists()
+
+
+def test_start_loads_no_framework_before_refusing():
+    script = ("import sys\nfrom gpubench import notebook\n"
+              "values = {'In': ['# Parameters\\nepoch = 2\\n'], 'epoch': 2}\n"
+              "try:\n    notebook.start('Mnist_CNN', values)\nexcept ValueError:\n    pass\n"
+              "sys.exit(1 if {'tensorflow', 'jax', 'keras'} & set(sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", script], cwd=REPO).returncode == 0
+
+
+@pytest.mark.slow
+def test_papermill_with_a_misspelt_parameter_stops_in_the_first_cell(tmp_path, cpu_kernel):
+    """`papermill -p epoch 2` (for epochs): papermill only warns; the chapter's first cell stops
+    with one line naming it and the names it takes, and nothing trains."""
+    out, results_path = tmp_path / "out.ipynb", tmp_path / "results.jsonl"
+    cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "Mnist_MLP_h1000.ipynb"), str(out),
+           "-k", cpu_kernel, "-p", "profile", "quick", "-p", "data_source", "synthetic",
+           "-p", "results_path", str(results_path), "-p", "epoch", "2"]
+    proc = subprocess.run(cmd, cwd=NOTEBOOKS, capture_output=True, text=True, timeout=300,
+                          env=python_env())
+    assert proc.returncode != 0
+    nb = nbformat.read(out, as_version=4)
+    errors = [(i, o) for i, c in enumerate(c for c in nb.cells if c.cell_type == "code")
+              for o in c.outputs if o.output_type == "error"]
+    assert len(errors) == 1
+    index, error = errors[0]
+    assert index == 2  # after the parameters cell and papermill's own: the chapter's first
+    assert error.ename == "ParameterError" and len(error.traceback) == 1
+    assert "epoch passed to Mnist_MLP_h1000" in error.traceback[0]
+    assert "epochs, batch_size" in error.traceback[0]
+    assert not results_path.exists()
+    assert json.loads(json.dumps(nb.metadata.papermill.parameters))["epoch"] == 2

@@ -5,11 +5,14 @@ Keras cache, filled and hash-checked by `keras.utils.get_file`, with the files a
 `keras.datasets.*.load_data`), "dir" (the official files in a folder: IDX raw or gzipped,
 mnist.npz, CIFAR-10's python batches or cifar-10-python.tar.gz), "synthetic", or "auto" (keras,
 then dir when data_dir is given, then synthetic with a warning). Keras loads only for "keras".
+The files read are identified by their SHA-256 (OFFICIAL_SHA256): another dataset's official
+files are an error, files that match nothing are loaded and marked unverified.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import pickle
@@ -23,10 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpubench.checks import positive_int
-
-DATASETS = ("mnist", "fashion_mnist", "cifar10")
-SOURCES = ("auto", "keras", "dir", "synthetic")
+from gpubench.params import DATASETS, SOURCES, check_source, positive_int  # noqa: F401 - data.SOURCES
+from gpubench.params import check_dataset as check_name  # the names' rules: params
 
 # What keras.datasets downloads; module-level so tests can point them at local files.
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
@@ -45,6 +46,48 @@ CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py
 # Sub-folders of data_dir searched for each dataset (data_dir itself comes first).
 DIR_SUBFOLDERS = {"mnist": ("mnist", "MNIST"), "cifar10": ("cifar10", "cifar-10"),
                   "fashion_mnist": ("fashion-mnist", "fashion_mnist", "FashionMNIST")}
+
+# SHA-256 of the official IDX files, in IDX_FILES order: gzipped as published, and decompressed.
+# A gzipped file is also looked up by its decompressed bytes, so a copy gzipped again (Debian's
+# dataset-fashion-mnist package ships one) is recognised. Where each sum comes from:
+# - ".gz": TensorFlow Datasets' tensorflow_datasets/url_checksums/mnist.txt and fashion_mnist.txt
+#   (the files it downloads from the publishers' mirrors; Fashion-MNIST's sizes there are those
+#   of Zalando's README, whose MD5s are for the same files).
+# - MNIST decompressed: the sums that several public projects pin next to those .gz sums.
+# - Fashion-MNIST decompressed: computed from /usr/share/datasets/fashion-mnist (Debian's package
+#   of Zalando's repository); public projects that check Zalando's files against its published
+#   MD5s pin the same sums.
+IDX_SHA256 = {
+    ("mnist", "gz"): (  # TensorFlow Datasets
+        "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"),
+    ("mnist", "raw"): (  # pinned by public projects
+        "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+        "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
+    ("fashion_mnist", "gz"): (  # TensorFlow Datasets
+        "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+        "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+        "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+        "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"),
+    ("fashion_mnist", "raw"): (  # computed here; pinned by public projects
+        "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"),
+}
+# Every known official file: SHA-256 -> (dataset, file name without .gz). mnist.npz and
+# cifar-10-python.tar.gz: the file_hash that keras.datasets.mnist and .cifar10 check.
+OFFICIAL_SHA256 = {
+    **{sha: (name, base) for (name, _), sums in IDX_SHA256.items()
+       for base, sha in zip(IDX_FILES, sums, strict=True)},
+    MNIST_SHA256: ("mnist", "mnist.npz"),
+    CIFAR10_SHA256: ("cifar10", CIFAR10_ARCHIVE),
+}
+TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
 
 IMAGE_SHAPES = {"mnist": (28, 28), "fashion_mnist": (28, 28), "cifar10": (32, 32, 3)}
 SYNTHETIC_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}  # train; test: 10,000
@@ -65,6 +108,10 @@ class DataError(ValueError):
     """A data file is missing, truncated or malformed; the message names the file and the fix."""
 
 
+class WrongDataset(DataError):
+    """The files are another dataset's official files; the message names both datasets."""
+
+
 class DataUnavailable(RuntimeError):
     """A source cannot provide the data (e.g. offline download); `auto` falls through to the next."""
 
@@ -81,6 +128,9 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     note: str | None = None  # why earlier sources of source="auto" were not used
+    # True: the files' SHA-256 are the official ones of this dataset; False: files that match
+    # no known checksum; None: synthetic (or not checked).
+    verified: bool | None = None
 
     @property
     def synthetic(self) -> bool:
@@ -93,7 +143,9 @@ class Dataset:
         if self.synthetic:
             return f"SYNTHETIC DATA, not the real {self.name} dataset: {counts} from {self.origin}"
         where = {"keras": "keras cache", "dir": "directory"}[self.source]
-        return f"{self.name} from {where} {_shown(self.origin)}: {counts}"
+        checked = {True: " (official files, checksums verified)", None: "",
+                   False: " (checksums not recognised: not verified to be the official files)"}
+        return f"{self.name} from {where} {_shown(self.origin)}: {counts}{checked[self.verified]}"
 
 
 def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | None = None,
@@ -108,54 +160,54 @@ def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | N
     reasons = []
     for candidate in ("keras", "dir", "synthetic") if source == "auto" else (source,):
         try:  # only "auto" goes on to the next source, after noting why this one failed
-            origin, (x_train, y_train, x_test, y_test) = (
+            origin, (x_train, y_train, x_test, y_test), verified = (
                 _synthetic(name, max_train_samples, seed) if candidate == "synthetic"
                 else _load_keras(name) if candidate == "keras" else _load_dir(name, data_dir))
         except (DataUnavailable, DataError) as exc:
-            if source != "auto":
+            if source != "auto" or isinstance(exc, WrongDataset):  # another dataset: never hidden
                 raise
             reasons.append(f"{candidate}: {exc}")
             continue
         if max_train_samples is not None:  # a copy, so the full arrays are freed
             x_train, y_train = x_train[:max_train_samples].copy(), y_train[:max_train_samples].copy()
         dataset = Dataset(name, candidate, str(origin), x_train, y_train, x_test, y_test,
-                          "; ".join(reasons) or None)
+                          "; ".join(reasons) or None, verified)
         if verbose:
             _announce(dataset)
         return dataset
     raise AssertionError("unreachable: the synthetic source never fails")
 
 
-def check_name(name: object) -> str:
-    """The canonical dataset name ("Fashion-MNIST" -> "fashion_mnist"), or a ValueError naming it."""
-    if isinstance(name, str) and name.strip().lower().replace("-", "_") in DATASETS:
-        return name.strip().lower().replace("-", "_")
-    raise ValueError(f"unknown dataset {name!r}; use one of {', '.join(DATASETS)}")
-
-
-def check_source(source: object) -> str:
-    """The canonical data source (None -> "auto"), or a ValueError naming it."""
-    text = "auto" if source is None else source.strip().lower() if isinstance(source, str) else None
-    if text in SOURCES:
-        return text
-    raise ValueError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)} (or None for auto)")
+_WARNED: set[str] = set()  # datasets whose synthetic-data warning this process has shown
 
 
 def _announce(dataset: Dataset) -> None:
-    """Print where the data came from and why; in a Jupyter kernel, synthetic data gets a warning box."""
-    ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
-    if dataset.synthetic and getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
-        from IPython.display import Markdown, display  # noqa: PLC0415
-
-        why = _shown(dataset.note or 'source="synthetic" was asked for')
-        display(Markdown(f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
-                         "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
-                         f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
-                         "pass `data_dir` a folder holding the official files."))
-    if dataset.note:
-        what = "SYNTHETIC DATA, not the real dataset" if dataset.synthetic else f"the {dataset.source} source"
-        print(f"WARNING: {dataset.name}: using {what}, because {_shown(dataset.note)}")
+    """Print the data line, after a warning when an earlier source failed; the synthetic-data
+    warning (a Markdown box in a Jupyter kernel) comes once per process and dataset."""
+    if dataset.synthetic:
+        if dataset.name not in _WARNED:
+            _WARNED.add(dataset.name)
+            ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
+            if getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
+                _synthetic_box(dataset)
+            elif dataset.note:
+                print(f"WARNING: {dataset.name}: using SYNTHETIC DATA, not the real dataset, "
+                      f"because {_shown(dataset.note)}")
+    elif dataset.note:
+        print(f"WARNING: {dataset.name}: using the {dataset.source} source, because "
+              f"{_shown(dataset.note)}")
     print(f"Data: {dataset.describe()}")
+
+
+def _synthetic_box(dataset: Dataset) -> None:
+    """The synthetic-data warning as a Markdown box, with why the real data was not used."""
+    from IPython.display import Markdown, display  # noqa: PLC0415
+
+    why = _shown(dataset.note or 'source="synthetic" was asked for')
+    display(Markdown(f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
+                     "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
+                     f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
+                     "pass `data_dir` a folder holding the official files."))
 
 
 def _shown(text: str) -> str:
@@ -206,42 +258,51 @@ def _keras_file(fname: str, url: str, sha256: str | None, subdir: str = "dataset
         socket.setdefaulttimeout(saved)
 
 
-def _load_keras(name: str) -> tuple[Path, tuple]:
+def _load_keras(name: str) -> tuple[Path, tuple, bool]:
+    """(origin, arrays, verified) from the Keras cache, downloading what is missing."""
     if name == "mnist":
         path = _keras_file("mnist.npz", MNIST_URL, MNIST_SHA256)
-        return path, _read_mnist_npz(path)
-    if name == "fashion_mnist":  # Keras publishes no hash for these files
+        return path, *_read_mnist_npz(path)
+    if name == "fashion_mnist":  # Keras publishes no hash for these files: OFFICIAL_SHA256 has
         subdir = os.path.join("datasets", "fashion-mnist")
         paths = [_keras_file(f"{base}.gz", f"{FASHION_MNIST_BASE_URL}{base}.gz", None, subdir)
                  for base in IDX_FILES]
-        return paths[0].parent, _read_idx_set(paths)
+        return paths[0].parent, *_read_idx_set(name, paths)
     # keras.datasets.cifar10 keeps the archive under this name; read it without extracting.
     archive = _keras_file("cifar-10-batches-py-target_archive", CIFAR10_URL, CIFAR10_SHA256)
-    return archive, _read_cifar(archive)
+    return archive, *_read_cifar(archive)
 
 
-def _load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple]:
-    """(origin, arrays) from the first of data_dir and its DIR_SUBFOLDERS that holds the files."""
+def _load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple, bool]:
+    """(origin, arrays, verified) from the first of data_dir and its DIR_SUBFOLDERS that holds
+    the files; a folder holding another dataset's official files is passed over, and named in the
+    error when no later one holds `name`'s."""
     if data_dir is None:  # only source="auto" gets here without one
         raise DataUnavailable("not tried (no data_dir given)")
     data_dir = Path(data_dir).expanduser()
     if not data_dir.is_dir():
         raise DataError(f"data_dir {data_dir} is not a directory; pass the folder holding the {name} files")
     folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
-    missing = IDX_FILES
+    missing, wrong = IDX_FILES, None
     for folder in folders:
         if name == "cifar10":
             for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
                 if path.is_file() or (path / "data_batch_1").is_file() or (path / "test_batch").is_file():
-                    return path, _read_cifar(path)
+                    return path, *_read_cifar(path)
             continue
         found = [next((folder / f for f in (base, f"{base}.gz") if (folder / f).is_file()), None)
                  for base in IDX_FILES]
         if None not in found:
-            return folder, _read_idx_set(found)
+            try:
+                return folder, *_read_idx_set(name, found)
+            except WrongDataset as exc:  # e.g. Fashion-MNIST in data_dir, MNIST in data_dir/mnist
+                wrong = wrong or exc
+                continue
         if name == "mnist" and (folder / "mnist.npz").is_file():
-            return folder / "mnist.npz", _read_mnist_npz(folder / "mnist.npz")
+            return folder / "mnist.npz", *_read_mnist_npz(folder / "mnist.npz")
         missing = min(missing, [base for base, path in zip(IDX_FILES, found, strict=True) if path is None], key=len)
+    if wrong is not None:
+        raise wrong
     searched = ", ".join(map(str, folders))
     if name == "cifar10":
         raise DataError(f"cifar10 files not found in {searched}. Expected layout: <data_dir>[/cifar10]/"
@@ -253,27 +314,58 @@ def _load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tupl
                     f"{', '.join(IDX_FILES)}, each raw or gzipped{npz}")
 
 
-def _read_mnist_npz(path: Path) -> tuple:
+def _read_mnist_npz(path: Path) -> tuple[tuple, bool]:
+    """(arrays, verified) of a mnist.npz as keras.datasets.mnist writes it."""
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = tuple(npz[k] for k in ("x_train", "y_train", "x_test", "y_test"))
     except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise DataError(f"{path} is not a readable .npz of x_train, y_train, x_test, y_test ({exc}); "
                         "re-download it") from exc
-    return _checked(arrays, (path,) * 4, (28, 28))
+    arrays = _checked(arrays, (path,) * 4, (28, 28))
+    return arrays, _verified("mnist", path, {"mnist.npz": {_sha256(path.read_bytes())}})
 
 
-def _read_idx_set(paths: list[Path]) -> tuple:
-    """Train images and labels, test images and labels, from the four IDX files in IDX_FILES order."""
-    return _checked(tuple(_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2, strict=True)), paths, (28, 28))
+def _read_idx_set(name: str, paths: list[Path]) -> tuple[tuple, bool]:
+    """(train images and labels, test images and labels; verified) from the four IDX files in
+    IDX_FILES order, checked to be `name`'s official files or no known dataset's."""
+    read = [_read_idx(p, k) for p, k in zip(paths, ["images", "labels"] * 2, strict=True)]
+    arrays = _checked(tuple(array for array, _ in read), paths, (28, 28))
+    sums = {base: sums for base, (_, sums) in zip(IDX_FILES, read, strict=True)}
+    return arrays, _verified(name, paths[0].parent, sums, paths)
 
 
-def _read_idx(path: Path, kind: str) -> np.ndarray:
-    """Parse an IDX file of unsigned bytes, gzipped or not: images (3-D) or labels (1-D)."""
+def _sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def _verified(name: str, where: Path, sums: dict[str, set[str]],
+              paths: list[Path] | None = None) -> bool:
+    """True when every file (expected name -> its SHA-256s) is `name`'s official one, False when
+    some match no official file; WrongDataset when they are another dataset's official files."""
+    known = {base: {OFFICIAL_SHA256[s] for s in found if s in OFFICIAL_SHA256}
+             for base, found in sums.items()}
+    others = sorted({dataset for matches in known.values() for dataset, _ in matches} - {name})
+    if others:
+        other = others[0]
+        files = [path for path, matches in zip(paths or [where], known.values(), strict=True)
+                 if any(dataset == other for dataset, _ in matches)]
+        what = (f"the files in {where} are" if paths and len(files) == len(paths)
+                else f"{', '.join(map(str, files))} {'is' if len(files) == 1 else 'are'}")
+        raise WrongDataset(f"dataset {name!r} asked for, but {what} {TITLES[other]}'s; use "
+                           f'dataset="{other}" (or GPUBENCH_DATASET={other})')
+    return all((name, base) in matches for base, matches in known.items())
+
+
+def _read_idx(path: Path, kind: str) -> tuple[np.ndarray, set[str]]:
+    """Parse an IDX file of unsigned bytes, gzipped or not: images (3-D) or labels (1-D); with
+    the SHA-256 of the file and, when gzipped, of its decompressed bytes."""
     try:
         data = path.read_bytes()
+        sums = {_sha256(data)}
         if path.name.endswith(".gz") or data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
+            sums.add(_sha256(data))
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path} cannot be read or un-gzipped ({exc}); it is corrupt: re-download") from exc
     expected, magic = IDX_MAGIC[kind], int.from_bytes(data[:4], "big")
@@ -289,7 +381,7 @@ def _read_idx(path: Path, kind: str) -> np.ndarray:
         raise DataError(f"{path} holds {max(len(data) - header, 0):,} data bytes but its header (dims "
                         f"{'x'.join(map(str, dims))}) needs {needed:,}; the file is truncated or corrupt: "
                         "re-download it")
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims).copy()
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims).copy(), sums
 
 
 # Pickles can run code when loaded. A CIFAR-10 batch holds only a dict of bytes, lists, ints and
@@ -309,12 +401,15 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
         return _PICKLE_ALLOWED[module, name]
 
 
-def _read_cifar(path: Path) -> tuple:
-    """The six batches of a folder, or of the tar.gz archive read without extracting it."""
+def _read_cifar(path: Path) -> tuple[tuple, bool]:
+    """(arrays, verified) from the six batches of a folder (which no published checksum
+    verifies), or of the tar.gz archive read without extracting it."""
     try:
         if path.is_dir():
             files = {b: (path / b).read_bytes() for b in CIFAR10_BATCHES if (path / b).is_file()}
+            sums = {}
         else:
+            sums = {CIFAR10_ARCHIVE: {_sha256(path.read_bytes())}}
             with tarfile.open(path, "r:*") as tar:
                 files = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
                          if m.isfile() and Path(m.name).name in CIFAR10_BATCHES}
@@ -326,8 +421,9 @@ def _read_cifar(path: Path) -> tuple:
                         f"re-download (and re-extract) {CIFAR10_ARCHIVE}")
     batches = [_read_cifar_batch(files[b], path / b if path.is_dir() else f"{path}:{b}")
                for b in CIFAR10_BATCHES]
-    return (np.concatenate([x for x, _ in batches[:-1]]), np.concatenate([y for _, y in batches[:-1]]),
-            *batches[-1])
+    arrays = (np.concatenate([x for x, _ in batches[:-1]]),
+              np.concatenate([y for _, y in batches[:-1]]), *batches[-1])
+    return arrays, bool(sums) and _verified("cifar10", path, sums)
 
 
 def _read_cifar_batch(raw: bytes, label: Path | str) -> tuple[np.ndarray, np.ndarray]:
@@ -342,7 +438,7 @@ def _read_cifar_batch(raw: bytes, label: Path | str) -> tuple[np.ndarray, np.nda
     return _checked((images, labels), (label, label), (32, 32, 3))
 
 
-def _synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str, tuple]:
+def _synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str, tuple, None]:
     """Seeded images: one fixed pattern per class, mid-grey plus a random offset per block of pixels."""
     rng = np.random.default_rng([seed, 2, DATASETS.index(name)])
     block, (height, width, *channels) = _SYNTHETIC["block"], IMAGE_SHAPES[name]
@@ -352,7 +448,7 @@ def _synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str
     n_train = min(SYNTHETIC_SIZES[name], max_train_samples or SYNTHETIC_SIZES[name])
     arrays = (*_synthetic_split(name, prototypes, n_train, seed, 0),
               *_synthetic_split(name, prototypes, 10_000, seed, 1))
-    return f"synthetic (seed {seed}), class-conditional prototypes plus noise", arrays
+    return f"synthetic (seed {seed}), class-conditional prototypes plus noise", arrays, None
 
 
 def _synthetic_split(name: str, prototypes: np.ndarray, n: int, seed: int, split: int):

@@ -23,7 +23,7 @@ SCHEMA = 3
 # Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None);
 # 1 and 2 lack `backend` (read as "tensorflow", the only one then) and `telemetry` (None).
 KNOWN_SCHEMAS = (1, 2, 3)
-# The mode a training ran in (issue 9): what Keras resolved, not what was asked for.
+# The mode a training ran in: what Keras resolved, not what was asked for.
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
 
@@ -43,9 +43,11 @@ EPOCH_TELEMETRY = ("epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_u
 EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
-              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", *EPOCH_TELEMETRY),
+              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", "data_verified",
+              *EPOCH_TELEMETRY),
     "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
-                "virtual_devices", "devices", "final_loss", *EPOCH_TELEMETRY),
+                "virtual_devices", "devices", "final_loss", "data_verified",
+                *EPOCH_TELEMETRY),
 }
 BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
 ENVIRONMENT_FIELDS = ("python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version",

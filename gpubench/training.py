@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpubench import backends, checks, devices, models, results, telemetry, telemetry_text, timing
+from gpubench import backends, devices, models, results, telemetry, telemetry_text, timing
 from gpubench.data import Dataset
-from gpubench.notebook import check_value
+from gpubench.params import check_value, positive_int
 
 # Which input shape each model takes, and the share of the training images held
 # out for validation (the book: 5,000 of MNIST's 60,000; validation_split=0.2 for CIFAR-10).
@@ -75,8 +75,8 @@ def build_model(model_name, device: str, *, precision: str = "float32",
     builder = (model_name if callable(model_name)
                else models.BUILDERS[check_value("model", model_name)])
     options = dict(jit_compile=backends.current().jit_compile(check_value("xla", xla)),
-                   steps_per_execution=checks.positive_int("steps_per_execution",
-                                                           steps_per_execution))
+                   steps_per_execution=positive_int("steps_per_execution",
+                                                    steps_per_execution))
     if learning_rate is not None:
         options["learning_rate"] = learning_rate
     mixed_precision = models.keras.mixed_precision
@@ -105,14 +105,15 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
           verbose: int = 2) -> TrainRun:
     """Fit `model` on `data` for `epochs` on `device`, evaluate it, and store one `train` record
     (on an error or Ctrl-C as well: status "oom" or "error", with the epochs measured so far)."""
-    checks.positive_int("epochs", epochs)
-    checks.positive_int("batch_size", batch_size)
+    positive_int("epochs", epochs)
+    positive_int("batch_size", batch_size)
     device = devices.resolve(device)
     split = prepare(model.name, data)
     timer = timing.epoch_timer(device)
     fields = dict(
         notebook=notebook, env=env or results.default_env_name(), device=device, model=model.name,
-        dataset=data.name, data_source=data.source, epochs=epochs, batch_size=batch_size,
+        dataset=data.name, data_source=data.source, data_verified=data.verified, epochs=epochs,
+        batch_size=batch_size,
         train_samples=len(split.x_train), validation_samples=len(split.x_val),
         **mode_fields(model),
     )

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FASHION_DIR, REPO
 from gpubench import data
-from gpubench.data import DataError, DataUnavailable
+from gpubench.data import DataError, DataUnavailable, WrongDataset
 
 # ---------------------------------------------------------------- fixtures and writers
 
@@ -33,6 +33,7 @@ def offline(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "MNIST_URL", www.as_uri() + "/mnist.npz")
     monkeypatch.setattr(data, "FASHION_MNIST_BASE_URL", www.as_uri() + "/")
     monkeypatch.setattr(data, "CIFAR10_URL", www.as_uri() + "/cifar-10-python.tar.gz")
+    monkeypatch.setattr(data, "_WARNED", set())  # each test starts as a fresh process would
     return www  # files put here can be "downloaded"
 
 
@@ -269,17 +270,139 @@ def test_bad_npz_is_named(tmp_path):
     assert str(path) in message and "y_train" in message
 
 
-def test_real_fashion_mnist_idx_files():
+def need_fashion_mnist() -> None:
     if not (FASHION_DIR / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"no Fashion-MNIST in {FASHION_DIR}: `apt install dataset-fashion-mnist` (.ci/run does)")
+
+
+def test_real_fashion_mnist_idx_files():
+    need_fashion_mnist()
     dataset = data.load("fashion_mnist", source="dir", data_dir=FASHION_DIR, verbose=False)
     assert dataset.source == "dir" and dataset.name == "fashion_mnist" and dataset.origin == str(FASHION_DIR)
     assert dataset.x_train.shape == (60_000, 28, 28) and dataset.x_test.shape == (10_000, 28, 28)
     assert np.bincount(dataset.y_train).tolist() == [6000] * 10
     assert np.bincount(dataset.y_test).tolist() == [1000] * 10
     assert 50 < dataset.x_test.mean() < 100  # mostly black background, not noise
+    assert dataset.verified is True
     assert dataset.describe() == (f"fashion_mnist from directory {FASHION_DIR}: "
-                                  "60,000 train / 10,000 test images")
+                                  "60,000 train / 10,000 test images "
+                                  "(official files, checksums verified)")
+
+
+# ---------------------------------------------------------------- which dataset the files are
+
+
+def fashion_files(folder: Path, form: str) -> Path:
+    """The real Fashion-MNIST files in `folder`: as installed ("gz"), or decompressed ("raw")."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for base in data.IDX_FILES:
+        source = FASHION_DIR / f"{base}.gz"
+        if form == "gz":
+            (folder / source.name).symlink_to(source)
+        else:
+            (folder / base).write_bytes(gzip.decompress(source.read_bytes()))
+    return folder
+
+
+@pytest.mark.parametrize("form", ["gz", "raw"])
+def test_fashion_mnist_files_asked_as_mnist_is_an_error_naming_both(tmp_path, form):
+    need_fashion_mnist()
+    folder = fashion_files(tmp_path / "data", form)
+    for source in ("dir", "auto"):  # auto must not fall back to synthetic data here
+        with pytest.raises(WrongDataset) as info:
+            data.load("mnist", source, data_dir=folder, verbose=False)
+        assert str(info.value) == (f"dataset 'mnist' asked for, but the files in {folder} are "
+                                   "Fashion-MNIST's; use dataset=\"fashion_mnist\" "
+                                   "(or GPUBENCH_DATASET=fashion_mnist)")
+
+
+@pytest.mark.parametrize("form", ["gz", "raw"])
+def test_fashion_mnist_files_asked_as_fashion_mnist_are_verified(tmp_path, form, capsys):
+    need_fashion_mnist()
+    folder = fashion_files(tmp_path / "data", form)
+    dataset = data.load("fashion_mnist", "dir", data_dir=folder, max_train_samples=100)
+    assert dataset.verified is True and dataset.x_test.shape == (10_000, 28, 28)
+    assert capsys.readouterr().out == (f"Data: fashion_mnist from directory {folder}: 100 train / "
+                                       "10,000 test images (official files, checksums verified)\n")
+
+
+def test_fashion_mnist_gzipped_again_is_recognised_by_its_content(tmp_path):
+    need_fashion_mnist()
+    folder = fashion_files(tmp_path / "raw", "raw")
+    for path in list(folder.iterdir()):  # another level and time than Debian's: new .gz bytes
+        (folder / f"{path.name}.gz").write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
+        path.unlink()
+    assert sha256(folder / idx_name("y_test")) != sha256(FASHION_DIR / idx_name("y_test"))
+    assert data.load("fashion_mnist", "dir", data_dir=folder, verbose=False).verified is True
+
+
+def test_one_changed_file_is_not_verified(tmp_path):
+    need_fashion_mnist()
+    folder = fashion_files(tmp_path / "data", "gz")
+    labels = np.frombuffer(gzip.decompress((FASHION_DIR / idx_name("y_test")).read_bytes())[8:],
+                           dtype=np.uint8)
+    (folder / idx_name("y_test")).unlink()
+    write_file(folder / idx_name("y_test"), idx_bytes(np.roll(labels, 1)))
+    dataset = data.load("fashion_mnist", "dir", data_dir=folder, verbose=False)
+    assert dataset.verified is False and "checksums not recognised" in dataset.describe()
+
+
+def test_the_other_dataset_in_data_dir_is_passed_over_for_a_subfolder(tmp_path):
+    need_fashion_mnist()
+    fashion_files(tmp_path, "gz")  # data_dir itself holds Fashion-MNIST
+    arrays = write_idx_dir(tmp_path / "mnist")  # unknown files where MNIST's would be
+    dataset = data.load("mnist", "dir", data_dir=tmp_path, verbose=False)
+    assert dataset.origin == str(tmp_path / "mnist") and dataset.verified is False
+    assert_same(dataset, arrays)
+
+
+@pytest.mark.parametrize("gz", [True, False], ids=["gzip", "raw"])
+def test_unknown_files_are_loaded_and_said_unverified(tmp_path, gz, capsys):
+    arrays = write_idx_dir(tmp_path / "d", gz=gz)
+    dataset = data.load("fashion_mnist", "dir", data_dir=tmp_path / "d")
+    assert_same(dataset, arrays)
+    assert dataset.verified is False
+    assert capsys.readouterr().out.endswith(
+        "50 train / 20 test images (checksums not recognised: not verified to be the official "
+        "files)\n")
+
+
+def test_keras_cache_is_identified_by_checksum(tmp_path):
+    need_fashion_mnist()
+    fashion_files(cache_dir(tmp_path) / "fashion-mnist", "gz")  # as keras.datasets leaves them
+    dataset = data.load("fashion_mnist", "keras", max_train_samples=10, verbose=False)
+    assert dataset.source == "keras" and dataset.verified is True
+    assert "(official files, checksums verified)" in dataset.describe()
+
+
+def test_keras_cache_holding_the_other_dataset_is_an_error(tmp_path, monkeypatch):
+    folder = cache_dir(tmp_path) / "fashion-mnist"
+    write_idx_dir(folder)
+    table = dict(data.OFFICIAL_SHA256)
+    fake = {sha256(folder / f"{base}.gz"): ("mnist", base) for base in data.IDX_FILES}
+    monkeypatch.setattr(data, "OFFICIAL_SHA256", table | fake)  # these files are "MNIST's" now
+    for source in ("keras", "auto"):
+        with pytest.raises(WrongDataset) as info:
+            data.load("fashion_mnist", source, verbose=False)
+        assert str(info.value) == (f"dataset 'fashion_mnist' asked for, but the files in {folder} "
+                                   "are MNIST's; use dataset=\"mnist\" (or GPUBENCH_DATASET=mnist)")
+    # One file of the other dataset among unknown ones: that file is named.
+    label_file = folder / idx_name("y_test")
+    one = {sha256(label_file): ("mnist", IDX["y_test"])}
+    monkeypatch.setattr(data, "OFFICIAL_SHA256", table | one)
+    with pytest.raises(WrongDataset) as info:
+        data.load("fashion_mnist", "keras", verbose=False)
+    assert f"but {label_file} is MNIST's" in str(info.value)
+
+
+def test_official_checksum_table():
+    sums = data.OFFICIAL_SHA256
+    assert all(len(s) == 64 and int(s, 16) >= 0 for s in sums)
+    for name in ("mnist", "fashion_mnist"):  # each IDX file gzipped and raw
+        assert sorted(base for dataset, base in sums.values() if dataset == name) == sorted(
+            [*data.IDX_FILES, *data.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
+    assert sums[data.MNIST_SHA256] == ("mnist", "mnist.npz")
+    assert sums[data.CIFAR10_SHA256] == ("cifar10", data.CIFAR10_ARCHIVE)
 
 
 # ---------------------------------------------------------------- CIFAR-10 (source="dir")
@@ -372,7 +495,10 @@ def test_keras_download_lands_in_the_keras_cache_and_is_reused(tmp_path, monkeyp
     cached = cache_dir(tmp_path) / "mnist.npz"
     assert_same(dataset, arrays)
     assert dataset.source == "keras" and dataset.origin == str(cached) and sha256(cached) == sha256(served)
-    assert dataset.describe() == f"mnist from keras cache {cached}: 50 train / 20 test images"
+    assert dataset.verified is False  # the served file is not the official mnist.npz
+    assert dataset.describe() == (f"mnist from keras cache {cached}: 50 train / 20 test images "
+                                  "(checksums not recognised: not verified to be the official "
+                                  "files)")
     served.unlink()  # now the cache alone must do
     assert_same(data.load("mnist", "keras", verbose=False), arrays)
 
@@ -433,13 +559,20 @@ def test_keras_cached_truncated_idx_is_named(tmp_path):
 # ---------------------------------------------------------------- source="auto"
 
 
-def test_auto_offline_falls_back_to_synthetic_with_a_warning(capsys):
+def test_auto_offline_falls_back_to_synthetic_with_a_warning_once(capsys):
     dataset = data.load("cifar10", max_train_samples=100)
-    assert dataset.source == "synthetic" and dataset.synthetic
+    assert dataset.source == "synthetic" and dataset.synthetic and dataset.verified is None
     assert data.CIFAR10_URL in dataset.note and "dir: not tried" in dataset.note
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Downloading")]
     assert len(lines) == 2 and lines[0].startswith("WARNING:") and "SYNTHETIC DATA" in lines[0]
     assert lines[1] == f"Data: {dataset.describe()}" and "SYNTHETIC DATA" in lines[1]
+    # The same dataset again in this process: the data line alone, which still says SYNTHETIC.
+    again = data.load("cifar10", max_train_samples=100)
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if not line.startswith("Downloading")] == [
+        f"Data: {again.describe()}"]
+    data.load("mnist", max_train_samples=100)  # another dataset: its own warning
+    assert "WARNING: mnist: using SYNTHETIC DATA" in capsys.readouterr().out
 
 
 def test_auto_uses_data_dir_when_keras_fails(tmp_path, capsys):
@@ -546,7 +679,9 @@ def test_in_a_jupyter_kernel_the_warning_is_a_markdown_box(cpu_kernel):
     outputs = []
     try:
         code = "import gpubench.data\nd = gpubench.data.load('mnist', 'synthetic', max_train_samples=10)"
-        client.execute_interactive(code, timeout=120, output_hook=lambda msg: outputs.append(msg))
+        for _ in range(2):  # a second load, or the cell run again: no second box
+            client.execute_interactive(code, timeout=120,
+                                       output_hook=lambda msg: outputs.append(msg))
         client.execute_interactive("gpubench.data.load('mnist', 'dir', data_dir='/nowhere')", timeout=60,
                                    output_hook=lambda msg: outputs.append(msg))
     finally:
@@ -556,7 +691,7 @@ def test_in_a_jupyter_kernel_the_warning_is_a_markdown_box(cpu_kernel):
     text = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
     assert len(boxes) == 1 and boxes[0]["text/markdown"].startswith("> **⚠ Synthetic data**")
     assert "not the real mnist" in boxes[0]["text/markdown"]
-    assert "Data: SYNTHETIC DATA, not the real mnist dataset" in text
+    assert text.count("Data: SYNTHETIC DATA, not the real mnist dataset") == 2
 
 
 # ---------------------------------------------------------------- arguments and import

@@ -65,5 +65,12 @@ nbval: setup
 	GPUBENCH_PROFILE=quick $(DRIVER) -m pytest --nbval-lax \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/ $(PYTEST_ARGS)
 
+# Lab's user settings for `make lab`: this checkout's own (git-ignored) folder, where the files
+# in lab/user-settings are copied on every start (autosave off, no news pop-up). The user's
+# global Lab settings are neither read nor changed.
+LAB_SETTINGS_DIR ?= $(CURDIR)/.jupyter/lab/user-settings
+
 lab: setup
-	cd notebooks && $(DRIVER) -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
+	mkdir -p "$(LAB_SETTINGS_DIR)" && cp -R lab/user-settings/. "$(LAB_SETTINGS_DIR)/"
+	cd notebooks && JUPYTERLAB_SETTINGS_DIR="$(LAB_SETTINGS_DIR)" \
+	  $(DRIVER) -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)

@@ -2,7 +2,7 @@
 
 `jax_env` (session-scoped) builds gpubench's wheel, fills WHEELS (git-ignored, reused while
 pyproject.toml and this Python are unchanged) with the wheels of gpubench[jax] and everything
-they need, and installs them with `--no-index` into a fresh venv: what the README's offline
+they need, and installs them with `--no-index` into a fresh venv: what docs/backends.md's offline
 procedure does on a machine with no network. `jax_run` runs every notebook there once, through
 `gpubench run --here` in the quick profile with synthetic data; other tests read its records.
 

@@ -186,32 +186,6 @@ def test_ci_runs_make_test(fake_command, tmp_path):
     assert log.read_text().split("\n")[-2] == "test"
 
 
-def _quick_start() -> str:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    return readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-
-
-def test_readme_quick_start_fits_on_one_screen_and_names_real_targets():
-    quick = _quick_start()
-    assert len(quick.strip().splitlines()) <= 24, "the quick start must fit on one screen"
-    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-    targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
-    named = set(re.findall(r"^make (\w+)", quick, re.M))
-    assert named == {"run", "test", "quick"} and named <= targets
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert set(re.findall(r"`make (\w+)", readme)) <= targets, \
-        "README names a make target that does not exist"
-
-
-def test_readme_strict_nbval_command_uses_the_shipped_sanitize_file():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    (command,) = re.findall(r"^pytest --nbval .*$", readme, re.M)
-    sanitize = re.search(r"--nbval-sanitize-with (\S+)", command).group(1)
-    assert (REPO / sanitize).is_file()
-    for needle in ("conda", "WSL2", "TensorFlow 2.10", "make setup GPU=1"):  # GPU set-up facts
-        assert needle in readme, needle
-
-
 def test_cli_help_and_bad_usage():
     ok = subprocess.run([PYTHON, "-m", "gpubench", "--help"], capture_output=True, text=True,
                         cwd=REPO)
@@ -253,16 +227,17 @@ def test_make_run_sets_up_the_backends_its_envs_need(args, backends, envs):
 
 
 def test_make_test_sets_up_both_cpu_envs_then_lints_and_tests():
-    setup, lint, pytest_line = _make_n("test")
+    setup, lint, tf_line, jax_line = _make_n("test")
     assert setup.endswith("-m gpubench setup --backends tensorflow,jax")
     assert lint.endswith("-m ruff check .")
-    assert pytest_line.split()[1:3] == ["-m", "pytest"]
-    assert "slow" not in pytest_line  # the whole suite
+    assert '-m pytest -m "not jax"' in tf_line and "slow" not in tf_line  # all but the JAX ones
+    assert jax_line.startswith("KERAS_BACKEND=jax ") and "-m pytest -m jax" in jax_line
+    assert ".venv-jax" in jax_line or "gpubench-jax-cpu" in jax_line  # in the JAX env
 
 
 def test_make_check_lint_and_nbval():
     check = _make_n("check")[-1]
-    assert '-m pytest -m "not slow"' in check
+    assert '-m pytest -m "not slow and not jax"' in check
     assert _make_n("lint")[-1].endswith("-m ruff check .")
     nbval = _make_n("nbval")[-1]
     assert nbval.startswith("GPUBENCH_PROFILE=quick ") and "--nbval-lax" in nbval

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check on a machine with no network (docs/offline.md): carried wheels, carried data,
+# The GPU check on a machine with no network (docs/backends.md, "A machine with no network"): carried wheels, carried data,
 # `gpubench run --here` on JAX: the chapters on the GPU in the full profile, a short CPU pass
 # with JAX_PLATFORMS=cpu, then one report of both. Writes OUT/gpu-check.tar.gz (the run dirs).
 #   WHEELS=.whl DATA=.gpudata OUT=runs/gpu-check bash tools/gpu_check.sh

@@ -82,7 +82,7 @@ def job(env: str, notebook: str, status: str, error: str | None = None) -> dict:
             "seconds": 1.0, "attempt": 1}
 
 
-# ---------------------------------------------------------------- issue 7: attempts, problems
+# ---------------------------------------------------------------- attempts, problems
 
 def test_only_each_jobs_latest_attempt_counts(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUBENCH_ATTEMPT", "1")
@@ -162,7 +162,7 @@ def test_a_failed_report_write_is_a_clear_error_and_leaves_the_old_report(
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-# ---------------------------------------------------------------- issue 8: the numbers
+# ---------------------------------------------------------------- the numbers
 
 def test_one_machine_cpu_env_against_gpu_env(tmp_path):
     text = build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)]))
@@ -239,7 +239,7 @@ def test_build_leaves_the_callers_matplotlib_backend_and_pyplot_alone(tmp_path):
         p.name for p in tmp_path.iterdir()}
 
 
-# ---------------------------------------------------------------- issue 9: modes, noise, factors
+# ---------------------------------------------------------------- modes, noise, factors
 
 def test_each_row_shows_its_mode_and_columns_in_the_same_mode_pass(tmp_path):
     text = build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)]))
@@ -308,7 +308,7 @@ def test_speed_factors_section_reads_the_factor_records(tmp_path):
     assert len(table_rows(text, "MNIST MLP h1000")) == 1  # variants stay out of the book's table
 
 
-# ---------------------------------------------------------------- issue 10: scaling
+# ---------------------------------------------------------------- scaling
 
 def _scaling(replicas: int, rate: float, efficiency: float, **fields) -> dict:
     fields = {"strategy": "mirrored", "workers": 1, "replicas": replicas,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import FASHION_DIR, REPO
-from gpubench import data, devices, models, notebook, profiles, results, training
+from gpubench import data, devices, models, notebook, params, results, training
 from gpubench.backends import tensorflow as tf_backend
 
 
@@ -40,7 +40,7 @@ def test_models_py_holds_exactly_the_chapters_saved_cells():
 
     assert export_models.exported() == (REPO / "gpubench" / "models.py").read_text(encoding="utf-8")
     chapters = [export_models.saved_code(REPO / "notebooks" / f"{nb}.ipynb")
-                for nb in profiles.TRAINING_NOTEBOOKS]
+                for nb in params.TRAINING_NOTEBOOKS]
     assert [c.split("(")[0] for c in chapters] == [f"def {m}" for m in models.MODELS]
     edited = export_models.render((REPO / "gpubench" / "models.py").read_text(encoding="utf-8"),
                                   [chapters[0].replace("Dense(1000", "Dense(999"), *chapters[1:]])
@@ -188,7 +188,7 @@ def test_confusion_matrix_counts_pairs():
 
 def test_mlp_learns_synthetic_data_in_the_quick_profile():
     """A broken pipeline (labels shuffled, inputs unscaled, wrong loss) would miss this."""
-    quick = profiles.DEFAULTS["quick"]["Mnist_MLP_h1000"]
+    quick = params.DEFAULTS["quick"]["Mnist_MLP_h1000"]
     ds = data.load("mnist", source="synthetic", max_train_samples=quick["max_train_samples"],
                    verbose=False)
     model = training.build_model("mlp_h1000", "cpu")

@@ -274,6 +274,108 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
+def _figure(value: float, digits: int) -> str:
+    """`value` to `digits` significant figures, trailing zeros kept ("1.0", "0.64"); whole
+    numbers from 100 up ("118")."""
+    if value >= 10 ** digits:
+        return f"{value:.0f}"
+    text = f"{value:#.{digits}g}"
+    return text.rstrip(".") if "e" not in text else f"{value:.{digits}g}"
+
+
+def fmt_range(low: float, high: float, unit: str = "s") -> str:
+    """A range as "0.64–1.0 s": two significant figures, more where two would not tell the
+    ends apart, joined by an en dash."""
+    for digits in (2, 3, 4):
+        ends = _figure(low, digits), _figure(high, digits)
+        if ends[0] != ends[1] or low == high:
+            break
+    return f"{ends[0]}–{ends[1]}{f' {unit}' if unit else ''}"
+
+
+# What each column of the report's tables means, where its header does not say it; shown under
+# every table that has the column (`column_note`).
+COLUMN_NOTES = {
+    "mode": "XLA on or off, precision, batch size, steps per execution (steps per compiled "
+            "call), input pipeline (arrays: NumPy arrays given to `fit`)",
+    "total time": "all epochs, as the book times them",
+    "steady epoch": "the median of epochs 2..n",
+    "first epoch": "epoch 1, which includes tracing and compilation",
+    "time saved vs CPU env": "1 − total time / the total time of the CPU env of the same "
+                             "machine and backend (gpu against cpu, jax-gpu against jax-cpu; "
+                             "\"baseline\": that env)",
+    "speedup": "that CPU env's total time over this row's (above 1: faster)",
+    "energy (all epochs)": "the GPU's (NVML) on a GPU and the CPU package's (RAPL), kept apart",
+    "data": "the dataset and where it came from (keras download, dir, or synthetic: random "
+            "images, timings only)",
+    "images/s": "training images per second in the steady epochs",
+    "ratio": "images/s over the reference row's (the first backend's run in the same mode); "
+             "above 1: faster",
+    "like for like?": "whether mode and training-set size match the reference row's",
+    "GPU busy": "NVML's share of the time in which a GPU kernel ran (not how full the GPU was)",
+    "GPU mean power": "the board's mean power draw while the epochs ran",
+    "images per joule (GPU)": "training images per joule of GPU energy (higher: more efficient)",
+    "CPU use (one core = 100 %)": "this process's CPU time over wall time",
+    "CPU energy per epoch": "the CPU package's energy (RAPL), where the system lets it be read",
+    "images per joule (CPU)": "training images per joule of CPU package energy",
+    "strategy": "how the replicas are kept in step: mirrored on one machine, multi_worker "
+                "across processes or machines",
+    "workers": "processes (machines) taking part",
+    "replicas": "copies of the model training in parallel, one per device",
+    "global batch": "images per step over all replicas",
+    "samples/s": "training images per second, from the median of epochs 2..n",
+    "scaling efficiency": "samples/s over replicas x the one-replica samples/s of the same run "
+                          "(100%: perfect scaling)",
+    "all-reduce": "how the replicas' gradients are added up",
+    "status": "failed: the notebook raised an error; skipped: not run; interrupted: stopped by "
+              "Ctrl-C or a signal",
+    "commit": "the checkout's git commit",
+}
+FACTOR_NOTES = {
+    "variant": "the factor changed from the baseline, the book's setting (batch 100, float32, "
+               "XLA off, steps/exec 1, arrays: NumPy arrays given to `fit`); tf.data: a "
+               "tf.data.Dataset; on_device: the training set kept on the device",
+    "x vs baseline (min)": "images/s of the variant's fastest steady round over the baseline's "
+                           "fastest (above 1: faster)",
+    "median x": "the same with each one's median round",
+    "interval": "the lowest and highest ratio of paired rounds (round r of the variant against "
+                "round r of the baseline); one that includes 1.0 is \"no clear effect\"",
+    "images/s": "training images per second in the variant's fastest steady round",
+    "steps": "training steps timed in the steady rounds (time-boxed: a fixed number per round, "
+             "a full epoch being far slower than the baseline's)",
+    "GFLOP/s": "the model's arithmetic per second at that speed",
+    "% of matmul": "that GFLOP/s as a share of the fastest matrix product measured on the same "
+                   "device at the same compute dtype",
+    "GPU busy": "NVML's share of the rounds' time in which a GPU kernel ran; n/a on a CPU",
+    "test accuracy": "after the rounds; not measured for a time-boxed variant",
+}
+MATMUL_NOTE = ("Columns: **size**: n, for the product of two n x n matrices; each other column "
+               "is a device and method: **rigorous** is the median of repeated products after a "
+               "warm-up call, **book** one timing that includes creating the matrices and the "
+               "first call's set-up; each cell is the time, the GFLOP/s (2n³ / time) and, where "
+               "the GPU's datasheet is known, the share of its peak.")
+
+
+def column_note(headers: list[str], notes: dict[str, str] | None = None) -> str:
+    """The line under a table explaining its columns: "Columns: **header**: meaning; ..." for
+    each header in `notes` (default COLUMN_NOTES); "" when none needs it."""
+    notes = COLUMN_NOTES if notes is None else notes
+    parts = [f"**{header}**: {notes[header]}" for header in headers if header in notes]
+    return ("Columns: " + "; ".join(parts) + ".") if parts else ""
+
+
+def explained_table(headers: list[str], rows: list[list],
+                    notes: dict[str, str] | None = None) -> list[str]:
+    """Markdown lines: the table, then the line explaining its columns (`column_note`)."""
+    note = column_note(headers, notes)
+    return [md_table(headers, rows), ""] + ([note, ""] if note else [])
+
+
+def table_headers(table: str) -> list[str]:
+    """The headers of a Markdown table (its first line)."""
+    return [cell.strip() for cell in table.partition("\n")[0].strip().strip("|").split("|")]
+
+
 # ---------------------------------------------------------------- matmul
 
 def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> str:
@@ -421,7 +523,8 @@ UNSTABLE_SPREAD = 0.20  # steady-epoch IQR over median above which timings are f
 
 
 def unstable(records: list[dict]) -> list[str]:
-    """A line per train record whose steady epochs spread more than UNSTABLE_SPREAD."""
+    """A line per train record whose steady epochs (Speed_Factors: rounds) spread more than
+    UNSTABLE_SPREAD, naming a variant as the factors table does and saying how to read it."""
     lines = []
     for r in ok_records(records, "train"):
         spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or math.inf)
@@ -429,10 +532,18 @@ def unstable(records: list[dict]) -> list[str]:
             continue
         steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
         what = MODEL_TITLES.get(r["model"], r["model"])
-        what += f", {r['factor']}" if r.get("factor") else ""
-        lines.append(f"- **unstable**: {r['_column']} {what} on {r['device']}: steady epochs "
-                     f"{min(steady):.3g}..{max(steady):.3g} s (IQR {spread:.0%} of the median); "
-                     "compare the minima (steady_epoch_min) or rerun on a quieter machine.")
+        if r.get("factor"):
+            labels = [row["label"] for row in factors.effects([r])]
+            what = f"Speed_Factors {what}, variant {labels[0] if labels else r['factor']}"
+            how = ("steady rounds", "its \"x vs baseline (min)\" in the factors table compares "
+                   "the fastest rounds, which noise slows least; trust an effect only where its "
+                   "interval leaves out 1.0, or rerun on a quieter machine")
+        else:
+            how = ("steady epochs", "the table's steady epoch is their median: read differences "
+                   "between rows smaller than this spread as noise, or rerun on a quieter machine")
+        lines.append(f"- **unstable**: {r['_column']} {what} on {r['device']}: {how[0]} "
+                     f"{fmt_range(min(steady), max(steady))} (IQR {spread:.0%} of the median); "
+                     f"{how[1]}.")
     return lines
 
 
@@ -528,7 +639,7 @@ def backends_section(records: list[dict]) -> list[str]:
             "pipeline, data size) are not like for like. JAX always compiles with XLA, while "
             "gpubench runs TensorFlow with XLA off unless `xla=on`: TensorFlow with XLA off "
             "against JAX compares the modes as much as the backends.", "",
-            md_table(BACKEND_HEADERS, rows), ""]
+            *explained_table(BACKEND_HEADERS, rows)]
 
 
 # ---------------------------------------------------------------- telemetry
@@ -578,12 +689,10 @@ def telemetry_section(records: list[dict]) -> list[str]:
     if not (rows := telemetry_rows(records)):
         return []
     lines = ["## Telemetry: how busy, how much power, how much energy", "",
-             "Measured while each epoch ran. GPU busy is NVML's share of time in which a kernel "
-             "ran (not how full the GPU was); GPU energy comes from the driver's counter, or "
-             "power x time where the GPU has none. CPU use is this process's, in % of one core; "
-             "CPU energy is the CPU package's, from RAPL, where the system lets it be read. "
-             "GPU and CPU energy are kept apart, never added.", "",
-             md_table(TELEMETRY_HEADERS, rows), ""]
+             "Measured while each epoch ran. GPU energy comes from the driver's counter, or "
+             "power x time where the GPU has none; GPU and CPU energy are kept apart, never "
+             "added.", "",
+             *explained_table(TELEMETRY_HEADERS, rows)]
     if findings := diagnosis_lines(records):
         lines += ["What the numbers say:", "", *findings, ""]
     return lines
@@ -597,9 +706,8 @@ def factors_section(records: list[dict], charts: dict | None) -> list[str]:
         return []
     lines = ["## Speed factors", "",
              "Each variant changes one factor of the book's setting on the same device, measured "
-             "in interleaved rounds: x is the fastest steady round against the baseline's, the "
-             "interval spans the paired rounds, and an interval that includes 1.0 is "
-             "\"no clear effect\".", ""]
+             "in interleaved rounds (round r of every variant, then round r+1), so that a machine "
+             "that slows down for a while slows them all alike.", ""]
     all_rows = []
     for column in columns(records):
         mine = [r for r in records if r["_column"] == column]
@@ -608,8 +716,9 @@ def factors_section(records: list[dict], charts: dict | None) -> list[str]:
             continue
         all_rows += rows
         size = factors.crossover_batch_size(mine)
-        lines += [f"### {column}", "", factors.table(rows, ok_records(mine, "matmul")), "",
-                  factors.findings(rows), ""]
+        table = factors.table(rows, ok_records(mine, "matmul"))
+        lines += [f"### {column}", "", table, "", column_note(table_headers(table), FACTOR_NOTES),
+                  "", factors.findings(rows), ""]
         if size is not None:
             lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
     if charts is None:
@@ -646,14 +755,12 @@ def scaling_section(records: list[dict]) -> list[str]:
     if not rows:
         return []
     lines = ["## Scaling", "",
-             "Data-parallel training (tf.distribute on TensorFlow, keras.distribution on JAX). "
-             "Scaling efficiency is samples per "
-             "second over replicas x the one-replica samples per second of the same run "
-             "(100%: perfect).", ""]
+             "Data-parallel training (tf.distribute on TensorFlow, keras.distribution on "
+             "JAX): the same model trained on 1, 2, ... devices at once.", ""]
     if any(r.get("virtual_devices") for r in records):
         lines += ["> **Virtual devices**: one CPU split into logical devices. These rows show "
                   "that the mechanics work, not how real devices scale.", ""]
-    return lines + [md_table(SCALING_HEADERS, rows), ""]
+    return lines + explained_table(SCALING_HEADERS, rows)
 
 
 # ---------------------------------------------------------------- report
@@ -718,7 +825,7 @@ def jobs_section(jobs: list[dict], skipped: bool = False) -> list[str]:
     rows = [[job["run"], job["env"], job["notebook"], job["status"],
              job["error"] or JOB_WHY.get(job["status"], "")] for job in jobs]
     return ["## Jobs", "", f"{none} Each job of the run, and why:", "",
-            md_table(["run", "env", "notebook", "status", "why"], rows), ""]
+            *explained_table(["run", "env", "notebook", "status", "why"], rows)]
 
 
 def problems_section(records: list[dict], jobs: list[list[str]], problems: list[str]) -> list[str]:
@@ -726,7 +833,7 @@ def problems_section(records: list[dict], jobs: list[list[str]], problems: list[
     lines = []
     if jobs:
         lines += ["Jobs that did not finish (from run.json):", "",
-                  md_table(["run", "env", "notebook", "status", "error"], jobs), ""]
+                  *explained_table(["run", "env", "notebook", "status", "error"], jobs)]
     if bad := [r for r in records if r["status"] != "ok"]:
         lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
                   f"{first_line(r.get('error'))}".rstrip() for r in bad] + [""]
@@ -773,13 +880,9 @@ def training_section(records: list[dict], charts: dict | None) -> list[str]:
     lines = []
     if book_train(records):
         lines += ["## Training: the book's table", "",
-                  "Total time is all epochs (the book's number, 15 epochs in the full profile); "
-                  "steady epoch is the median of epochs 2..n; epoch 1 includes tracing and "
-                  "compilation. Time saved and speedup compare each env with the CPU env of "
-                  "the same machine and the same Keras backend (gpu with cpu, jax-gpu with "
-                  "jax-cpu), in the mode each row shows; energy is the GPU's on a GPU and the "
-                  "CPU package's, for all epochs.", "",
-                  md_table(TRAINING_HEADERS, training_rows(records)), ""]
+                  "Each book model on each machine and env, trained as the book does (15 epochs "
+                  "in the full profile), in the mode each row shows.", "",
+                  *explained_table(TRAINING_HEADERS, training_rows(records))]
         lines += [line + "\n" for line in not_like_for_like(records)]
     if charts is not None and book_train(ok_records(records, "train")):
         charts["epoch_times.png"] = plots.plot_epoch_bars(records, fig=Figure())
@@ -804,7 +907,7 @@ def matmul_section(records: list[dict], charts: dict | None) -> list[str]:
             at = f" at {dtype}" if len(dtypes) > 1 else ""
             lines += [f"Crossover{at} (rigorous): {crossover_text(col, 'rigorous', dtype)}; "
                       f"(book's single timing): {crossover_text(col, 'book', dtype)}.", ""]
-        lines += [matmul_table(col), ""]
+        lines += [matmul_table(col), "", MATMUL_NOTE, ""]
     if charts is None:
         return lines
     charts["matmul_time.png"] = plots.plot_matmul(matmul, "seconds", _axes()).figure
@@ -846,7 +949,8 @@ def compose(run_dirs: list[str | os.PathLike], *, draw: bool = True) -> tuple[st
     lines += telemetry_section(records) + matmul_section(records, charts)
     lines += factors_section(records, charts) + scaling_section(records)
     lines += problems_section(records, failed, problems)
-    lines += ["## Environments", "", md_table(ENVIRONMENT_HEADERS, environment_rows(records)), ""]
+    lines += ["## Environments", "",
+              *explained_table(ENVIRONMENT_HEADERS, environment_rows(records))]
     return "\n".join(lines), charts or {}
 
 

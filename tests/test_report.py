@@ -264,10 +264,38 @@ def test_unstable_epoch_times_are_flagged_with_their_range(tmp_path, iqr, flagge
     record = train("cpu", 100.0, epoch_seconds=epochs, steady_epoch_seconds=1.0,
                    steady_epoch_iqr=iqr)
     text = build_text(write_run(tmp_path, [record]))
-    line = ("- **unstable**: vm · cpu MNIST MLP h1000 on cpu: steady epochs 0.9..1.4 s "
-            f"(IQR {100 * iqr:.0f}% of the median); compare the minima")
+    line = ("- **unstable**: vm · cpu MNIST MLP h1000 on cpu: steady epochs 0.90–1.4 s "
+            f"(IQR {100 * iqr:.0f}% of the median); the table's steady epoch is their median")
     assert (line in text) is flagged
     assert ("**unstable**" in text) is flagged
+    assert "steady_epoch_min" not in text  # advice names only what the report shows
+
+
+@pytest.mark.parametrize("low,high,shown", [
+    (0.638, 1.0, "0.64–1.0 s"), (6.2, 11.4, "6.2–11 s"), (39.1, 118.0, "39–118 s"),
+    (0.991, 0.994, "0.991–0.994 s"), (0.0123, 0.05, "0.012–0.050 s")])
+def test_ranges_read_with_an_en_dash_and_two_significant_figures(low, high, shown):
+    assert report.fmt_range(low, high) == shown
+
+
+def test_unstable_speed_factors_variants_are_named_as_the_factors_table_names_them(tmp_path):
+    noisy = {"steady_epoch_seconds": 0.8, "steady_epoch_iqr": 0.25}
+    records = [_factor("baseline", [3.0, 1.0, 1.0, 1.0]),
+               _factor("input_pipeline", [3.0, 0.638, 1.0, 0.7], input_pipeline="tf.data",
+                       **noisy),
+               _factor("input_pipeline", [3.0, 0.5, 0.9, 0.6], input_pipeline="on_device",
+                       **noisy),
+               _factor("batch_size", [2.0, 0.4, 0.8, 0.5], batch_size=1024, **noisy)]
+    text = build_text(write_run(tmp_path, records))
+    variants = {row[1] for row in table_rows(_section(text, "## Speed factors"), "cpu")}
+    lines = [line for line in text.splitlines() if line.startswith("- **unstable**")]
+    named = [line.partition(", variant ")[2].partition(" on cpu:")[0] for line in lines]
+    assert named == ["tf.data", "on_device", "batch 1024"] and set(named) <= variants
+    assert lines[0].startswith("- **unstable**: vm · cpu Speed_Factors MNIST MLP h1000, variant "
+                               "tf.data on cpu: steady rounds 0.64–1.0 s (IQR 31% of the median)")
+    # the advice points at a column the report prints, never at a field it does not show
+    assert all('"x vs baseline (min)" in the factors table' in line for line in lines)
+    assert "| x vs baseline (min) |" in text and "steady_epoch_min" not in text
 
 
 def test_matmul_shows_percent_of_datasheet_peak_where_known(tmp_path):
@@ -760,3 +788,49 @@ def test_extreme_numbers_still_give_a_report_and_each_chart_or_why_not(tmp_path,
     assert "skipped" not in text and table_rows(text, "MNIST MLP h1000")
     for name in ("epoch_times.png", "matmul_time.png", "matmul_gflops.png", "matmul_speedup.png"):
         assert (tmp_path / name).exists() or f"_Chart {name} not drawn: " in text
+
+
+# ---------------------------------------------------------------- every table explained
+
+def _tables(text: str) -> list[tuple[list[str], str]]:
+    """Each Markdown table of `text`: its headers and the first non-empty line after it."""
+    lines, found = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            end = next((j for j in range(i, len(lines)) if not lines[j].startswith("|")),
+                       len(lines))
+            after = next((rest for rest in lines[end:] if rest.strip()), "")
+            found.append(([c.strip() for c in line.strip("|").split("|")], after))
+    return found
+
+
+# Headers a newcomer cannot read without a word of explanation.
+NOT_OBVIOUS = ["mode", "steady epoch", "first epoch", "time saved vs CPU env", "speedup",
+               "energy (all epochs)", "ratio", "like for like?", "GPU busy",
+               "CPU use (one core = 100 %)", "images per joule (GPU)", "x vs baseline (min)",
+               "median x", "interval", "steps", "% of matmul", "GFLOP/s", "variant",
+               "scaling efficiency", "global batch", "replicas", "all-reduce", "status", "size"]
+
+
+def test_every_table_is_followed_by_a_line_explaining_its_columns(tmp_path):
+    jobs = [job("cpu", "Mnist_CNN", "failed", "ValueError: epochs must be positive")]
+    write_run(_lines_with(tmp_path, _fuzz_base()), [], jobs)  # run.json beside the records
+    tables = _tables(build_text(tmp_path))
+    assert len(tables) == 8  # book, backends, telemetry, matmul, factors, scaling, jobs, envs
+    explained = set()
+    for headers, note in tables:
+        assert note.startswith("Columns: "), (headers, note)
+        for header in set(headers) & set(NOT_OBVIOUS):
+            assert f"**{header}**: " in note, (header, note)
+            explained.add(header)
+    assert explained == set(NOT_OBVIOUS)
+    factors_note = next(note for headers, note in tables if "median x" in headers)
+    assert "tf.data" in factors_note and "on_device" in factors_note  # the variants' names
+
+
+def test_the_job_table_of_a_run_without_records_is_explained(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"jobs": [job("cpu", "Mnist_CNN", "failed",
+                                                                "boom")]}))
+    [(headers, note)] = _tables(build_text(tmp_path))
+    assert headers == ["run", "env", "notebook", "status", "why"]
+    assert note.startswith("Columns: **status**: failed: the notebook raised an error")

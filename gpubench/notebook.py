@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 from gpubench import __version__, devices, params, results  # devices: no backend loaded yet
 from gpubench.params import ParameterError
 from gpubench.records import BACKEND_TITLES
+
+# Colours and cursor moves, as rich (Keras's model summary) writes them.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 INJECTED_HEADER = "# Parameters"  # the first line of the cell papermill injects
 
@@ -68,6 +72,7 @@ def start(notebook: str, values: dict | None = None, **given) -> Config:
     runs, with one line that names it."""
     names = params.parameter_names(notebook)
     check_injected(notebook, values or {})
+    store_rich_text_plain()
     given = {**{n: values[n] for n in names if n in (values or {})}, **given}
     chosen, changed = params.resolve(notebook, **params.check_params(notebook, given))
     chosen = _resolve_devices(params.check_params(notebook, chosen))  # env variables' values too
@@ -138,3 +143,21 @@ def describe(config: Config) -> str:
         *([f"Quick profile, instead of the book's values: {changes}"] if changes else []),
         f"Results:  {shown_path(config.results_path)}",
     ])
+
+
+def plain_rich_text(obj, printer, cycle) -> None:
+    """IPython's text/plain form of a rich renderable: its text without ANSI codes."""
+    printer.text(ANSI.sub("", obj.text))
+
+
+def store_rich_text_plain() -> None:
+    """In Jupyter, store rich's text copy (Keras's model summary) without ANSI colour codes, so
+    no notebook output carries them; outside IPython, nothing."""
+    try:
+        from IPython import get_ipython  # noqa: PLC0415 - only inside a kernel
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "display_formatter"):
+        shell.display_formatter.formatters["text/plain"].for_type_by_name(
+            "rich.jupyter", "JupyterRenderable", plain_rich_text)

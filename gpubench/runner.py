@@ -20,12 +20,13 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from gpubench import backends, envs, machine, results, rundir
+from gpubench import backends, envs, machine, notebook, results, rundir
 from gpubench import params as nb_params  # `params` names -p values here
 from gpubench.rundir import LOCK, UsageError, lock_run_dir
 
@@ -40,8 +41,15 @@ HERE_KERNEL = "gpubench-here"  # the kernel spec `--here` makes on the fly
 # Parameters the runner sets itself, and the option a user gives instead.
 RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "--envs"}
 NEW_RUN = "start a new run with `gpubench run`"
-# Colours and cursor moves (Keras's model summary goes through rich); kept out of logs.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_ANSI = notebook.ANSI  # colours and cursor moves (Keras's summary, via rich): kept out of logs
+# Lines of a kernel's stderr the run's log leaves out: ipykernel's notice that its channels are
+# not encrypted (they are where the kernel and jupyter_client can; it says nothing about the
+# run). Every other line, errors included, is passed on.
+KERNEL_NOISE = (b"Kernel is running over TCP without encryption",)
+# Run in every ipykernel the runner starts, before the notebook: rich (Keras's model summary)
+# shows in Jupyter as HTML plus a text/plain copy full of ANSI colour codes, which no
+# environment variable turns off there; this stores the text copy plain.
+PLAIN_RICH_TEXT = "import gpubench.notebook as _gb_nb; _gb_nb.store_rich_text_plain(); del _gb_nb"
 
 
 @dataclass
@@ -580,8 +588,9 @@ def _die_with_parent() -> object:
 def kernel_manager_class(env: dict[str, str] | None = None,
                          spec_dir: str | None = None) -> type:
     """jupyter_client's AsyncKernelManager: kernels that die with the runner, can be interrupted,
-    and get `env` on top of their own environment; `spec_dir` holds kernel specs made on the fly
-    (`--here`), looked up instead of the registered ones."""
+    get `env` on top of their own environment, store rich's text plain (PLAIN_RICH_TEXT) and
+    write their stderr to ours without KERNEL_NOISE; `spec_dir` holds kernel specs made on the
+    fly (`--here`), looked up instead of the registered ones."""
     from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415
     from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
     from traitlets import default  # noqa: PLC0415
@@ -598,10 +607,45 @@ def kernel_manager_class(env: dict[str, str] | None = None,
             kw["env"] = {**kw.get("env", os.environ), **(env or {})}
             if sys.platform.startswith("linux"):
                 kw["preexec_fn"] = _die_with_parent()
-            await super()._async_launch_kernel(kernel_cmd, **kw)
+            if any("ipykernel" in part for part in kernel_cmd):
+                kernel_cmd = [*kernel_cmd, f"--IPKernelApp.exec_lines={PLAIN_RICH_TEXT}"]
+            read = None
+            if kw.get("stderr") is None:  # the kernel's stderr, through a filter to ours
+                read, kw["stderr"] = os.pipe()
+            try:
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+            except BaseException:
+                if read is not None:
+                    os.close(read)
+                raise
+            finally:
+                if read is not None:
+                    os.close(kw["stderr"])  # the kernel holds its own copy
+            if read is not None:
+                threading.Thread(target=forward_stderr, args=(read,), daemon=True,
+                                 name="kernel-stderr").start()
             _Stop.kernels.append(self)
 
     return RunnerKernelManager
+
+
+def forward_stderr(read: int, write: int = 2) -> None:
+    """Copy a kernel's stderr (file descriptor `read`, closed at the end) to `write`, line by
+    line, leaving out KERNEL_NOISE; keeps reading when `write` fails, so the kernel never
+    blocks on a full pipe."""
+    def put(data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(write, data):]
+
+    pending = b""
+    with open(read, "rb", buffering=0) as stream:
+        while chunk := stream.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            put(b"".join(line + b"\n" for line in lines
+                         if not any(noise in line for noise in KERNEL_NOISE)))
+    if not any(noise in pending for noise in KERNEL_NOISE):
+        put(pending)
 
 
 def write_here_spec(folder: Path, python: str) -> str:

@@ -400,3 +400,73 @@ def test_a_full_disk_in_the_kernel_fails_the_job_naming_the_path(tmp_path, monke
     job = json.loads((out / "run.json").read_text())["jobs"][0]
     assert job["status"] == "failed" and "disk is full" in job["error"]
     assert str((out / "results.jsonl").resolve()) in job["error"]
+
+
+# ---------------------------------------------------------------- quiet kernels
+
+def test_forward_stderr_drops_only_the_plain_tcp_notice():
+    import os
+
+    from gpubench import runner
+
+    notice = (b"[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All "
+              b"communication (including code and outputs) is sent in plain text.\n")
+    given = [b"[IPKernelApp] ERROR | a real error\n", notice, b"partial ", b"line\n", b"last"]
+    kernel_read, kernel_write = os.pipe()
+    ours_read, ours_write = os.pipe()
+    for chunk in given:
+        os.write(kernel_write, chunk)
+    os.close(kernel_write)
+    runner.forward_stderr(kernel_read, ours_write)
+    os.close(ours_write)
+    with open(ours_read, "rb") as stream:
+        assert stream.read() == b"[IPKernelApp] ERROR | a real error\npartial line\nlast"
+
+
+QUIET_SCRIPT = """
+import sys, tempfile
+from pathlib import Path
+import nbformat, papermill
+from traitlets.config import Config
+from gpubench import runner
+
+nb = nbformat.v4.new_notebook()
+nb.cells = [nbformat.v4.new_code_cell(
+    "import os\\nos.write(2, b'kernel stderr still shown\\\\n')\\n"
+    "import keras\\nmodel = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\\n"
+    "model.summary()")]
+folder = Path(sys.argv[1])
+nbformat.write(nb, folder / "in.ipynb")
+spec_dir = runner.write_here_spec(folder, sys.executable)  # as --here makes it
+plain = runner.kernel_config() and {"config": Config(
+    {"KernelManager": {"transport_encryption": "disabled"}})}  # ipykernel's notice is logged
+papermill.execute_notebook(
+    str(folder / "in.ipynb"), str(folder / "out.ipynb"), kernel_name=runner.HERE_KERNEL,
+    kernel_manager_class=runner.kernel_manager_class({"KERAS_BACKEND": "tensorflow"}, spec_dir),
+    progress_bar=False, **(plain or {}))
+"""
+
+
+def test_a_kernel_the_runner_starts_logs_no_tcp_notice_and_stores_no_colour_codes(tmp_path):
+    """A real kernel of the runner's (unencrypted on purpose, so ipykernel logs its notice): the
+    notice is not in the run's output while the kernel's own stderr is; Keras's rich model
+    summary is stored without ANSI codes; the set-up line costs no execution count."""
+    import inspect
+
+    import ipykernel.kernelapp
+
+    from gpubench import runner
+
+    assert all(noise.decode() in inspect.getsource(ipykernel.kernelapp)
+               for noise in runner.KERNEL_NOISE)  # the notice this ipykernel logs
+    proc = subprocess.run([sys.executable, "-c", QUIET_SCRIPT, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=python_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "kernel stderr still shown" in output
+    assert "without encryption" not in output
+    [cell] = nbformat.read(tmp_path / "out.ipynb", 4).cells
+    stored = json.dumps(cell.outputs, ensure_ascii=False)
+    assert "Total params" in stored and "Model: \\\"sequential\\\"" in stored
+    assert "\x1b[" not in stored
+    assert cell.execution_count == 1

@@ -90,10 +90,10 @@ BASELINE = Variant("baseline")
 def _label(factor: str, settings: dict) -> str:
     parts = {
         "batch_size": f"batch {settings['batch_size']}",
-        "precision": settings["precision"],
+        "precision": str(settings["precision"]),
         "xla": f"XLA {settings['xla']}",
         "steps_per_execution": f"steps/exec {settings['steps_per_execution']}",
-        "input_pipeline": settings["input_pipeline"],
+        "input_pipeline": str(settings["input_pipeline"]),
     }
     if factor == "baseline":
         return "baseline (book)"
@@ -311,12 +311,13 @@ def _effect_text(row: dict) -> str:
 
 
 def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
-    """A Markdown table, a line per variant and device: x vs baseline, effect, accuracy."""
+    """A Markdown table, a line per variant and device: x vs baseline, effect, GPU busy %,
+    accuracy."""
     lines = ["| device | variant | x vs baseline (min) | median x | interval | effect | "
-             "images/s | steps | GFLOP/s | % of matmul | test accuracy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "images/s | steps | GFLOP/s | % of matmul | GPU busy | test accuracy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        interval = ("n/a" if row["low"] is None else f"{row['low']:.2f}-{row['high']:.2f}")
+        interval = ("n/a" if row["low"] is None else f"{row['low']:.2f}–{row['high']:.2f}")
         pct = percent_of_matmul_peak(row["record"], matmul_records)
         rate = row["samples_per_second"]
         gflops = row["achieved_gflops"]
@@ -328,8 +329,15 @@ def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
             f"{'n/a' if rate is None else f'{rate:,.0f}'} | "
             f"{'n/a' if steps is None else steps}{' (time-boxed)' if row['time_boxed'] else ''} | "
             f"{'n/a' if gflops is None else f'{gflops:.1f}'} | "
-            f"{'n/a' if pct is None else f'{pct:.0f}%'} | {accuracy_text(row)} |")
+            f"{'n/a' if pct is None else f'{pct:.0f}%'} | {_busy_text(row['record'])} | "
+            f"{accuracy_text(row)} |")
     return "\n".join(lines)
+
+
+def _busy_text(record: dict) -> str:
+    """The GPU's busy % over a variant's rounds (NVML), "n/a" on a CPU or without NVML."""
+    busy = (record.get("telemetry") or {}).get("gpu_util_percent_mean")
+    return "n/a" if busy is None else f"{busy:.0f} %"
 
 
 def findings(rows: Sequence[dict]) -> str:

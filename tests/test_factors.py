@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, python_env
-from gpubench import factors, results
+from gpubench import factors, results, telemetry
 
 
 def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
@@ -96,6 +96,17 @@ def test_time_boxed_record_rates_use_the_steps_measured():
     table = factors.table(rows)
     assert "accuracy not measured (time-boxed)" in table and "6 (time-boxed)" in table
     assert "10x slower" in table and "(the reference)" in table
+
+
+def test_the_table_shows_each_variants_gpu_busy_share():
+    busy = dict(telemetry.unmeasured(None), source="nvml", gpu_util_percent_mean=23.4)
+    rows = factors.effects([_record("gpu:0", env="gpu"),
+                            _record("gpu:0", "input_pipeline", (9, 0.5, 0.5, 0.5), env="gpu",
+                                    input_pipeline="on_device", telemetry=busy)])
+    lines = factors.table(rows).splitlines()
+    assert "| GPU busy |" in lines[0]
+    column = lines[0].split("|").index(" GPU busy ")
+    assert [line.split("|")[column].strip() for line in lines[2:]] == ["n/a", "23 %"]
 
 
 def test_crossover_batch_size():

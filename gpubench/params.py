@@ -23,6 +23,9 @@ NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN
 TRAINING_NOTEBOOKS = {"Mnist_MLP_h1000": "mlp_h1000", "Mnist_CNN": "mnist_cnn",
                       "Keras_Cifar_CNN": "cifar_cnn"}
 SPEED_FACTORS_MODELS = ("mlp_h1000", "mnist_cnn")  # the models Speed_Factors trains
+# The datasets whose images each model takes (28 x 28 grey, or 32 x 32 colour).
+MODEL_DATASETS = {"mlp_h1000": ("mnist", "fashion_mnist"), "mnist_cnn": ("mnist", "fashion_mnist"),
+                  "cifar_cnn": ("cifar10",)}
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10")
 SOURCES = ("auto", "keras", "dir", "synthetic")
@@ -304,7 +307,19 @@ def check_params(notebook: str, given: dict) -> dict:
         merged = _OWN_RULES[notebook]({**DEFAULTS["full"][notebook],
                                        **{k: v for k, v in checked.items() if v is not None}})
         checked = {k: None if v is None else merged.get(k, v) for k, v in checked.items()}
+    _check_dataset_fits(notebook, checked)
     return checked
+
+
+def _check_dataset_fits(notebook: str, checked: dict) -> None:
+    """A dataset given for a model whose input it does not fit: ParameterError, before any run."""
+    dataset = checked.get("dataset")
+    model = checked.get("model") or TRAINING_NOTEBOOKS.get(notebook) or (
+        DEFAULTS["full"].get(notebook, {}).get("model"))
+    if dataset is None or model not in MODEL_DATASETS or dataset in MODEL_DATASETS[model]:
+        return
+    raise ParameterError(f"dataset {dataset!r} does not fit {model} ({notebook}): its images are "
+                         f"not the shape the model takes; use {' or '.join(MODEL_DATASETS[model])}")
 
 
 def check_for_backend(notebook: str, params: dict, backend: str,

@@ -200,3 +200,14 @@ def test_papermill_with_a_misspelt_parameter_stops_in_the_first_cell(tmp_path, c
     assert "epochs, batch_size" in error.traceback[0]
     assert not results_path.exists()
     assert json.loads(json.dumps(nb.metadata.papermill.parameters))["epoch"] == 2
+
+
+@pytest.mark.parametrize("notebook,given,fits", [
+    ("Mnist_MLP_h1000", {"dataset": "cifar10"}, "mnist or fashion_mnist"),
+    ("Keras_Cifar_CNN", {"dataset": "fashion_mnist"}, "cifar10"),
+    ("Speed_Factors", {"model": "mnist_cnn", "dataset": "cifar10"}, "mnist or fashion_mnist"),
+])
+def test_a_dataset_that_does_not_fit_the_model_is_refused_up_front(notebook, given, fits):
+    with pytest.raises(params.ParameterError, match=rf"dataset 'cifar10|fashion_mnist'.*{fits}"):
+        params.check_params(notebook, given)
+    params.check_params("Mnist_MLP_h1000", {"dataset": "fashion_mnist"})  # fits: no error

@@ -571,20 +571,6 @@ class _Stop:
     kernels: list = []
 
 
-def _die_with_parent() -> object:
-    """A Popen preexec_fn (Linux) that kills the kernel when the runner dies, even by kill -9."""
-    import ctypes  # noqa: PLC0415
-
-    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the runner died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
 def kernel_manager_class(env: dict[str, str] | None = None,
                          spec_dir: str | None = None) -> type:
     """jupyter_client's AsyncKernelManager: kernels that die with the runner, can be interrupted,
@@ -606,7 +592,7 @@ def kernel_manager_class(env: dict[str, str] | None = None,
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
             kw["env"] = {**kw.get("env", os.environ), **(env or {})}
             if sys.platform.startswith("linux"):
-                kw["preexec_fn"] = _die_with_parent()
+                kw["preexec_fn"] = machine.die_with_parent()
             if any("ipykernel" in part for part in kernel_cmd):
                 kernel_cmd = [*kernel_cmd, f"--IPKernelApp.exec_lines={PLAIN_RICH_TEXT}"]
             read = None

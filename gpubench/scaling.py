@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from gpubench import backends, results, rundir, telemetry
+from gpubench import backends, machine, results, rundir, telemetry
 from gpubench.params import check_scaling, positive_int
 from gpubench.params import resolve as resolve_params
 
@@ -468,44 +468,6 @@ def lock_out(out: Path, stack: contextlib.ExitStack) -> None:
     rundir.lock_run_dir(out, stack)
 
 
-def tie_to_parent(parent: int) -> None:
-    """End this process when `parent` (its parent's PID) dies, even by kill -9: the kernel sends
-    SIGKILL (PR_SET_PDEATHSIG) on Linux; elsewhere a thread polls the parent's PID."""
-    if sys.platform.startswith("linux"):
-        import ctypes  # noqa: PLC0415
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        if os.getpgid(0) == os.getpid():  # a worker leads its group: end its children too
-            os.killpg(os.getpid(), signal.SIGKILL)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _die_with_launcher():
-    """A Popen preexec_fn (Linux; None elsewhere) that kills the worker when the launcher dies,
-    set between fork and exec so no moment of the worker's life is untied."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes  # noqa: PLC0415
-
-    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the launcher died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
 def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None,
                out: str | os.PathLike | None = None, replicas: int | None = None) -> int:
     """Worker `index` of `cluster`: train with MultiWorkerMirroredStrategy; worker 0 writes records.
@@ -518,7 +480,7 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
     params = cli_params(profile)
     launcher = os.environ.get(LAUNCHER_ENV)
     if launcher and launcher.isdigit():
-        tie_to_parent(int(launcher))
+        machine.tie_to_parent(int(launcher))
     with contextlib.ExitStack() as stack:
         if index == 0:
             out = Path(out or default_out())
@@ -527,7 +489,7 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
         if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
             print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
             with multiprocessing.get_context("spawn").Pool(
-                    1, initializer=tie_to_parent, initargs=(os.getpid(),)) as pool:
+                    1, initializer=machine.tie_to_parent, initargs=(os.getpid(),)) as pool:
                 single = pool.apply(_one_replica, (params,))
         return _cluster_part(cluster, index, params, out, replicas,
                              single if index == 0 else None)
@@ -671,7 +633,7 @@ def _launch(count: int, profile: str | None, out: Path, replicas: int | None,
             cmd += ["--replicas", str(replicas)] if replicas else []
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, bufsize=1, start_new_session=True, env=env,
-                                    preexec_fn=_die_with_launcher())
+                                    preexec_fn=machine.die_with_parent())
             workers.append(_Worker(index, proc))
             print(f"worker {index}: pid {proc.pid} on {cluster.split(',')[index]}", flush=True)
         return _watch(workers, time.monotonic() + timeout)

@@ -354,8 +354,8 @@ def test_killing_the_launcher_ends_every_worker_and_the_lock_stops_a_second_run(
 
 POLLED_CHILD = """
 import os, subprocess, sys
-code = ("import os, sys, time; sys.platform = 'darwin'; from gpubench import scaling; "
-        "scaling.tie_to_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(120)")
+code = ("import os, sys, time; sys.platform = 'darwin'; from gpubench import machine; "
+        "machine.tie_to_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(120)")
 child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
 print(child.stdout.readline().strip(), flush=True)

@@ -166,10 +166,7 @@ def usable(records: list[dict], problems: list[str] | None = None) -> list[dict]
         try:
             check(record)
         except ValueError as exc:
-            message = f"{record.get('_origin', 'a record')}: skipped: {exc}"
-            warnings.warn(message, stacklevel=2)
-            if problems is not None:
-                problems.append(message)
+            results.skipped(f"{record.get('_origin', 'a record')}: skipped: {exc}", problems)
             continue
         kept.append(record)
     return kept
@@ -189,9 +186,7 @@ def _read(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
     try:
         return results.read_records(path, problems, origin=True)
     except results.ResultsPathError as exc:
-        message = f"{exc}; its records are not shown"
-        warnings.warn(message, stacklevel=3)
-        problems.append(message)
+        results.skipped(f"{exc}; its records are not shown", problems)
         return []
 
 
@@ -220,18 +215,16 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
         if not isinstance(jobs, list):
             raise TypeError(f"'jobs' is {type(jobs).__name__}, not a list")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        message = f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not shown"
-        warnings.warn(message, stacklevel=2)
-        problems.append(message)
+        results.skipped(f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not "
+                        "shown", problems)
         return []
     found = []
     for number, job in enumerate(jobs, start=1):
         if not (isinstance(job, dict) and all(isinstance(job.get(k), str)
                                               for k in ("env", "notebook", "status"))
                 and isinstance(job.get("error"), (str, type(None)))):
-            message = f"{path}: job {number} is not as gpubench writes it: {job!r:.80}"
-            warnings.warn(message, stacklevel=2)
-            problems.append(message)
+            results.skipped(f"{path}: job {number} is not as gpubench writes it: {job!r:.80}",
+                            problems)
             continue
         found.append({"run": Path(run_dir).name, "dir": str(run_dir), "env": job["env"],
                       "notebook": job["notebook"],

@@ -252,6 +252,14 @@ def parse_line(line: str | bytes) -> dict:
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
 
 
+def skipped(message: str, problems: list[str] | None = None) -> None:
+    """Warn that a line or record is left out (`message` says where and why), and add it to
+    `problems`: how every reader skips what it cannot use."""
+    warnings.warn(message, stacklevel=3)
+    if problems is not None:
+        problems.append(message)
+
+
 def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                  origin: bool = False) -> list[dict]:
     """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
@@ -279,10 +287,7 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
         try:
             record = parse_line(line.rstrip(b"\r"))
         except ValueError as exc:
-            message = f"{path}:{number}: skipped: {exc}"
-            warnings.warn(message, stacklevel=2)
-            if problems is not None:
-                problems.append(message)
+            skipped(f"{path}:{number}: skipped: {exc}", problems)
             continue
         records.append(record | {"_origin": f"{path}:{number}"} if origin else record)
     return records

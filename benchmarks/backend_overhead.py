@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 
-from bare import machine, parse_rounds, round_options
+from bare import epoch_clock, machine, parse_rounds, round_options
 
 import gpubench as gb
 
@@ -26,21 +26,8 @@ import gpubench as gb
 def bare_jax_fit(model, split, epochs: int, batch_size: int) -> list[float]:
     """model.fit with a clock that blocks on the weights at each epoch's end."""
     import jax
-    import keras
 
-    class Clock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.times, self._t = [], 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._t = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            jax.block_until_ready([v.value for v in self.model.variables])
-            self.times.append(time.perf_counter() - self._t)
-
-    clock = Clock()
+    clock = epoch_clock(lambda m: jax.block_until_ready([v.value for v in m.variables]))
     model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
               validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
     return clock.times

@@ -8,8 +8,9 @@ import time
 import gpubench as gb
 
 
-def epoch_clock():
-    """A Keras callback that only reads perf_counter at each epoch's start and end (`.times`)."""
+def epoch_clock(sync=None):
+    """A Keras callback that only reads perf_counter at each epoch's start and end (`.times`);
+    `sync(model)`, when given, runs just before the end is read."""
     import keras
 
     class Clock(keras.callbacks.Callback):
@@ -21,6 +22,8 @@ def epoch_clock():
             self._t = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
+            if sync is not None:
+                sync(self.model)
             self.times.append(time.perf_counter() - self._t)
 
     return Clock()

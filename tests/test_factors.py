@@ -293,15 +293,21 @@ def test_speed_factors_notebook_quick_covers_every_factor(tmp_path, cpu_kernel):
     assert "**cpu**:" in text  # the findings, written from the numbers
 
 
-def test_on_device_steps_wrap_at_the_end_of_the_training_set():
+def _on_device_trainer():
+    """(a built on_device trainer, steps/exec 4, batch 100 on 605 images: 6 full batches; its split)."""
     from gpubench import data, training
 
     split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
                                                     max_train_samples=660, verbose=False))
     variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
-                              input_pipeline="on_device")  # 605 images: 6 full batches
+                              input_pipeline="on_device")
     trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)
     assert trainer.status == "ok", trainer.error
+    return trainer, split
+
+
+def test_on_device_steps_wrap_at_the_end_of_the_training_set():
+    trainer, split = _on_device_trainer()
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
     trainer.timed(None)  # one epoch, the last 5 images in a batch of their own
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
@@ -395,15 +401,10 @@ def test_jax_on_device_and_steps_per_execution_run_compiled_on_the_device(tmp_pa
 
 @pytest.mark.jax
 def test_jax_on_device_feed_trains_the_models_own_variables():
-    from gpubench import backends, data, training
+    from gpubench import backends
 
     assert backends.current().NAME == "jax", "run this test with KERAS_BACKEND=jax"
-    split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
-                                                    max_train_samples=660, verbose=False))
-    variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
-                              input_pipeline="on_device")  # 605 images: 6 full batches
-    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)
-    assert trainer.status == "ok", trainer.error
+    trainer, split = _on_device_trainer()
     before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
     iterations = int(trainer.model.optimizer.iterations.value)
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third

@@ -2,7 +2,7 @@
 
 Each model is written once, in its chapter: the `#@save` cell of
 notebooks/Mnist_MLP_h1000.ipynb, Mnist_CNN.ipynb and Keras_Cifar_CNN.ipynb.
-`python tools/export_models.py` copies those cells between the markers below
+`python tools/export_chapters.py` copies those cells between the markers below
 (d2l's way); tests/test_training.py fails when the two differ.
 
 Two bugs of the book's low-level TensorFlow CNN are fixed in the chapters:
@@ -22,7 +22,8 @@ layers = keras.layers
 
 MODELS = tuple(params.TRAINING_NOTEBOOKS.values())
 
-# BEGIN CHAPTER MODELS (written by tools/export_models.py from the notebooks: edit those)
+# Written by tools/export_chapters.py from the chapters' #@save cells: edit those.
+# BEGIN CHAPTER CODE from Mnist_MLP_h1000, Mnist_CNN, Keras_Cifar_CNN
 
 
 def mlp_h1000(learning_rate=1e-3, **compile_options):
@@ -78,7 +79,8 @@ def cifar_cnn(learning_rate=1e-3, **compile_options):
                   metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
     return model
 
-# END CHAPTER MODELS
+
+# END CHAPTER CODE
 
 BUILDERS = {"mlp_h1000": mlp_h1000, "mnist_cnn": mnist_cnn, "cifar_cnn": cifar_cnn}
 

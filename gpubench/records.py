@@ -122,6 +122,24 @@ def crossover(records: list[dict], method: str = "rigorous", dtype: str = "float
     return min((size for size in gpu if size in cpu and gpu[size] < cpu[size]), default=None)
 
 
+PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
+
+
+def peak_record(records: list[dict], env: str, device: str, dtype: str) -> dict | None:
+    """The newest ok matmul peak-probe record (method "peak") of that env, device and dtype:
+    the one reference of every "% of peak" (chapter, report and Compare_CPU_GPU alike)."""
+    found = [r for r in ok_records(records, "matmul")
+             if r.get("method") == PEAK_METHOD and r.get("env") == env
+             and r.get("device") == device and dtype_of(r) == dtype and r.get("gflops")]
+    return max(found, key=lambda r: str(r.get("timestamp") or ""), default=None)
+
+
+def peak_gflops(records: list[dict], env: str, device: str, dtype: str) -> float | None:
+    """The GFLOP/s of `peak_record` (None when that env never ran the probe at that dtype)."""
+    found = peak_record(records, env, device, dtype)
+    return found["gflops"] if found else None
+
+
 def matmul_series(records: list[dict]) -> dict:
     """(column, device, method, dtype) -> sorted [(size, seconds, gflops)] of ok matmul records."""
     series = defaultdict(list)

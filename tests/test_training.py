@@ -34,17 +34,32 @@ def test_book_learning_rates_and_dropout():
     assert [layer.rate for layer in cifar.layers if layer.__class__.__name__ == "Dropout"] == [0.25] * 4
 
 
-def test_models_py_holds_exactly_the_chapters_saved_cells():
-    """Each model has one source, its chapter; models.py is the export (tools/export_models.py)."""
-    from tools import export_models
+def test_every_exporting_module_holds_exactly_its_chapters_saved_cells(tmp_path):
+    """Chapter code has one source, its chapter's #@save cells; the library holds the export
+    (tools/export_chapters.py), and an edit in a chapter shows as a difference."""
+    import shutil
 
-    assert export_models.exported() == (REPO / "gpubench" / "models.py").read_text(encoding="utf-8")
-    chapters = [export_models.saved_code(REPO / "notebooks" / f"{nb}.ipynb")
+    import nbformat
+
+    from tools import export_chapters
+
+    assert export_chapters.stale() == []
+    modules = {p.relative_to(REPO).as_posix(): export_chapters.chapters_of(p.read_text("utf-8"))
+               for p in export_chapters.exporting_modules()}
+    assert modules["gpubench/models.py"] == [list(params.TRAINING_NOTEBOOKS)]
+    chapters = [export_chapters.saved_code(REPO / "notebooks" / f"{nb}.ipynb")
                 for nb in params.TRAINING_NOTEBOOKS]
     assert [c.split("(")[0] for c in chapters] == [f"def {m}" for m in models.MODELS]
-    edited = export_models.render((REPO / "gpubench" / "models.py").read_text(encoding="utf-8"),
-                                  [chapters[0].replace("Dense(1000", "Dense(999"), *chapters[1:]])
-    assert "Dense(999" in edited and edited != export_models.exported()
+    for name in params.TRAINING_NOTEBOOKS:
+        shutil.copy(REPO / "notebooks" / f"{name}.ipynb", tmp_path)
+    edited = tmp_path / "Mnist_MLP_h1000.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    cell = next(c for c in nb.cells if "#@save\n" in c.source)
+    cell.source = cell.source.replace("Dense(1000", "Dense(999")
+    nbformat.write(nb, edited)
+    models_py = (REPO / "gpubench" / "models.py").read_text(encoding="utf-8")
+    assert "Dense(999" in export_chapters.render(models_py, tmp_path)
+    assert "Dense(999" not in models_py
 
 
 def test_flops_per_sample_counts_dense_and_conv_multiply_adds():

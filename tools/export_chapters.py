@@ -1,0 +1,89 @@
+"""Copy the chapters' `#@save` cells into the library: `python tools/export_chapters.py [--check]`.
+
+Code that a chapter shows is written once, in the chapter (d2l's way), and exported. A module
+of gpubench/ says which chapters it holds with marker lines:
+
+    # BEGIN CHAPTER CODE from Mnist_MLP_h1000, Mnist_CNN, Keras_Cifar_CNN
+    ...
+    # END CHAPTER CODE
+
+The code below the `#@save` line of every marked cell of those notebooks (in the order named,
+each notebook's cells in order) goes between the markers. With --check nothing is written and
+the exit status is 1 when a module differs from its chapters.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gpubench"
+NOTEBOOKS = ROOT / "notebooks"
+MARKER = "#@save"
+BEGIN, END = "# BEGIN CHAPTER CODE from ", "# END CHAPTER CODE"
+_BLOCK = re.compile(rf"^{re.escape(BEGIN)}(?P<names>[^\n]*)\n(?P<body>.*?)^{re.escape(END)}$",
+                    re.MULTILINE | re.DOTALL)
+
+
+def saved_cells(notebook: Path) -> list[str]:
+    """The code below the `#@save` line of each of the notebook's marked cells."""
+    found = [c.source.split(MARKER + "\n", 1)[1].strip("\n")
+             for c in nbformat.read(notebook, as_version=4).cells
+             if c.cell_type == "code" and (MARKER + "\n") in c.source]
+    if not found:
+        raise SystemExit(f"{notebook.name}: no cell has a {MARKER} line")
+    return found
+
+
+def saved_code(notebook: Path) -> str:
+    """All of a notebook's `#@save` code, cells apart by two blank lines."""
+    return "\n\n\n".join(saved_cells(notebook))
+
+
+def chapters_of(module_text: str) -> list[list[str]]:
+    """The notebook names of each marked block of a module, in order."""
+    return [[n.strip() for n in m["names"].split(",") if n.strip()]
+            for m in _BLOCK.finditer(module_text)]
+
+
+def render(module_text: str, notebooks: Path = NOTEBOOKS) -> str:
+    """`module_text` with its chapters' code between each pair of markers."""
+    def block(match: re.Match) -> str:
+        names = [n.strip() for n in match["names"].split(",") if n.strip()]
+        body = "\n\n\n".join(saved_code(notebooks / f"{name}.ipynb") for name in names)
+        return f"{BEGIN}{match['names']}\n\n\n{body}\n\n\n{END}"
+    return _BLOCK.sub(block, module_text)
+
+
+def exporting_modules() -> list[Path]:
+    """The package's modules that hold chapter code."""
+    return sorted(p for p in PACKAGE.rglob("*.py") if BEGIN in p.read_text(encoding="utf-8"))
+
+
+def stale() -> list[Path]:
+    """The modules whose chapter code differs from the chapters."""
+    return [p for p in exporting_modules()
+            if render(p.read_text(encoding="utf-8")) != p.read_text(encoding="utf-8")]
+
+
+def main() -> int:
+    """Write each marked module from its chapters, or with --check say which are stale."""
+    for path in stale():
+        name = path.relative_to(ROOT)
+        if "--check" in sys.argv[1:]:
+            print(f"{name} differs from its chapters' {MARKER} cells: "
+                  "run `python tools/export_chapters.py`")
+            continue
+        path.write_text(render(path.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"wrote {name} from its chapters")
+    if "--check" in sys.argv[1:] and stale():
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,7 +23,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from gpubench import telemetry, telemetry_text  # stdlib only: loads no framework
+from gpubench import telemetry  # stdlib only: loads no framework
+from gpubench.telemetry import text as telemetry_text
 
 
 def parse() -> argparse.Namespace:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpubench import backends, devices, models, results, telemetry, telemetry_text, timing
+from gpubench import backends, devices, models, results, telemetry, timing
 from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
+from gpubench.telemetry import text as telemetry_text
 
 # Which input shape each model takes, and the share of the training images held
 # out for validation (the book: 5,000 of MNIST's 60,000; validation_split=0.2 for CIFAR-10).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import envs
+from gpubench import envs, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -485,8 +485,8 @@ def test_user_jupyter_dir(monkeypatch, tmp_path):
 
 def test_names_and_root():
     assert envs.kernel_name("cpu") == "gpubench-cpu"
-    assert (envs.project_root() / "pyproject.toml").is_file()
-    assert (envs.project_root() / "environment-gpu.yml").is_file()
+    assert (machine.project_root() / "pyproject.toml").is_file()
+    assert (machine.project_root() / "environment-gpu.yml").is_file()
 
 
 def test_envs_module_imports_only_the_standard_library():
@@ -592,7 +592,7 @@ def test_report_warns_about_a_gpu_env_without_gpu_and_the_wrong_backend(jupyter_
 
 
 def test_report_names_broken_kernels_and_missing_envs(jupyter_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(envs.machine, "nvidia_smi_gpus", lambda: [])
+    monkeypatch.setattr(machine, "nvidia_smi_gpus", lambda: [])
     write_kernel(jupyter_dir, "gpubench-cpu-noonednn", "/nonexistent/bin/python")
     crash = write_script(tmp_path / "crash", 'echo "Segmentation fault" >&2\nexit 3\n')
     write_kernel(jupyter_dir, "gpubench-jax-cpu", str(crash), env={"KERAS_BACKEND": "jax"})
@@ -618,7 +618,7 @@ def test_probe_of_unknown_kernel(jupyter_dir):
 def test_report_with_no_kernels(jupyter_dir, monkeypatch, smi):
     """The GPU envs' fix is offered only where nvidia-smi lists a GPU; no hint names a make
     target that does not exist."""
-    monkeypatch.setattr(envs.machine, "nvidia_smi_gpus", lambda: smi)
+    monkeypatch.setattr(machine, "nvidia_smi_gpus", lambda: smi)
     report = envs.envs_report()
     assert "no gpubench kernels are registered" in report
     for env in envs.ENVS:
@@ -646,7 +646,7 @@ def test_real_kernel_probe_and_report(jupyter_dir, monkeypatch):
     assert info["tensorflow"].startswith("2.21")
     assert info["cuda_build"] is False and info["gpus"] == []
     assert info["python"].startswith("3.11") and info["executable"] == sys.executable
-    monkeypatch.setattr(envs, "probe", lambda env, timeout=120: info)  # TensorFlow loads once
+    monkeypatch.setattr(envs.probing, "probe", lambda env, timeout=120: info)  # TensorFlow loads once
     report = envs.envs_report()
     row = next(line for line in report.splitlines() if line.startswith("cpu "))
     assert re.search(r"gpubench-cpu +tensorflow +2\.21\.\d+ +GPU: no ", row), row

@@ -1,4 +1,4 @@
-"""gpubench.telemetry and telemetry_text, driven by a stand-in pynvml on a hand-moved clock."""
+"""gpubench.telemetry and its text module, driven by a stand-in pynvml on a hand-moved clock."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from fake_pynvml import (
     FakeGPU,
     FakeNVML,
 )
-from gpubench import telemetry, telemetry_text
+from gpubench import telemetry
 from gpubench.telemetry import Monitor
+from gpubench.telemetry import text as telemetry_text
 
 HOUR = 3600.0  # an interval the sampler thread never reaches: the test takes the samples
 
@@ -282,7 +283,7 @@ def write_rapl(root: Path, domain: str, name: str, energy: int, wrap: int) -> Pa
 
 
 def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetry, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(telemetry.cpu, "RAPL_ROOT", tmp_path)
     package0 = write_rapl(tmp_path, "intel-rapl:0", "package-0", 990_000_000, 1_000_000_000)
     package1 = write_rapl(tmp_path, "intel-rapl:1", "package-1", 5_000_000, 1_000_000_000)
     write_rapl(tmp_path, "intel-rapl:0:0", "core", 0, 10)  # a subdomain: inside package 0
@@ -303,7 +304,7 @@ def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
 
 
 def test_unreadable_rapl_is_null_without_a_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetry, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(telemetry.cpu, "RAPL_ROOT", tmp_path)
     write_rapl(tmp_path, "intel-rapl:0", "package-0", 1, 10).unlink()  # as if root-only
     result = region(FakeNVML(), device="cpu")
     assert result["cpu_energy_joules"] is None and result["cpu_energy_method"] is None
@@ -413,7 +414,7 @@ def test_unmeasured_is_a_fresh_dict_and_empty_is_read_only():
         telemetry.EMPTY["samples"] = 3
 
 
-# --- telemetry_text ---------------------------------------------------------------------
+# --- telemetry.text ---------------------------------------------------------------------
 
 GPU_RUN = {**telemetry.unmeasured(None), "source": "nvml", "gpu_util_percent_mean": 91.2,
            "power_watts_mean": 287.4, "sm_clock_mhz_mean": 1930.0, "energy_joules": 6180.0,
@@ -504,7 +505,7 @@ def test_energy_cells_of_a_gpu_run_and_of_a_cpu_run_without_rapl():
 def test_telemetry_loads_no_ml_framework():
     import subprocess
 
-    code = ("import sys, gpubench.telemetry, gpubench.telemetry_text; "
+    code = ("import sys, gpubench.telemetry, gpubench.telemetry.text; "
             "print(sorted({'tensorflow', 'jax', 'keras'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[1]).stdout

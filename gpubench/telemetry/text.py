@@ -1,8 +1,8 @@
 """Telemetry in words: the chapters' one-line summary, diagnosis lines and the report's cells.
 
 Pure functions from a record's numbers to text; no NVML, no ML framework. The
-figures come from `gpubench.telemetry` (the record's `telemetry` object and a train
-record's per-epoch lists).
+figures come from the rest of `gpubench.telemetry` (the record's `telemetry` object and a
+train record's per-epoch lists), though this module imports none of it.
 
 Energy is kept per part: the GPU's (NVML) and the CPU package's (RAPL) are never
 added together, since a run has one without the other as often as both (a CPU env

@@ -1,0 +1,59 @@
+"""Create the envs (one per Keras backend and device), register their Jupyter kernels, list them.
+
+Env NAME runs in kernel "gpubench-NAME": `cpu` and `gpu` run Keras on TensorFlow (the book's),
+`jax-cpu` and `jax-gpu` on JAX, each kernel's spec setting KERAS_BACKEND. An env is a conda env
+of that name from environment-NAME.yml when mamba, conda or micromamba is on PATH, else a venv
+(VENV_DIRS). Each kernel is registered in this checkout's .jupyter (with PYTHONPATH=CHECKOUT;
+`gpubench run`, `make lab` and `make test` put it first on JUPYTER_PATH), and with --user for
+Jupyter started by hand. Stdlib-only at import: a bare `python3 -m gpubench setup` runs it
+before anything is installed.
+
+Modules: `names` (env names, kernels, backends, setup commands), `kernels` (kernel folders and
+specs), `pythons` (conda, venvs, the driver python), `create` (setup), `probing` (`gpubench
+doctor --json` in an env), `listing` (the `gpubench envs` report). A test that replaces a
+function patches it in the module that calls it (e.g. `envs.probing.probe` for the report).
+"""
+
+from __future__ import annotations
+
+from gpubench.envs.create import gpu_requested, setup
+from gpubench.envs.kernels import (
+    checkout_kernels_dir,
+    foreign_kernel,
+    kernel_specs,
+    notebooks_dir,
+    use_checkout_kernels,
+    user_jupyter_dir,
+)
+from gpubench.envs.listing import envs_report
+from gpubench.envs.names import (
+    CONDA_PYTHON,
+    CONDA_TOOLS,
+    DEFAULT_BACKENDS,
+    ENVS,
+    EXTRAS,
+    KERNEL_PREFIX,
+    SETUP_COMMANDS,
+    STANDARD_ENVS,
+    VENV_DIRS,
+    VENV_PYTHONS,
+    EnvError,
+    backend_of,
+    display_name,
+    env_name,
+    is_gpu_env,
+    kernel_name,
+    parse_backends,
+)
+from gpubench.envs.probing import probe, probe_python
+from gpubench.envs.pythons import conda_envs, driver_python, find_conda
+from gpubench.rundir import locked  # tests hold the run lock through envs.locked
+
+__all__ = [
+    "CONDA_PYTHON", "CONDA_TOOLS", "DEFAULT_BACKENDS", "ENVS", "EXTRAS", "KERNEL_PREFIX",
+    "SETUP_COMMANDS", "STANDARD_ENVS", "VENV_DIRS", "VENV_PYTHONS", "EnvError", "backend_of",
+    "checkout_kernels_dir", "conda_envs", "display_name", "driver_python", "env_name",
+    "envs_report", "find_conda", "foreign_kernel", "gpu_requested", "is_gpu_env", "kernel_name",
+    "kernel_specs", "locked", "notebooks_dir", "parse_backends", "probe", "probe_python",
+    "setup", "use_checkout_kernels", "user_jupyter_dir",
+]

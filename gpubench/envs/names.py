@@ -1,0 +1,74 @@
+"""The envs' names and what follows from a name: its kernel, backend, GPU or not, and the
+command that creates it. Stdlib-only at import."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpubench import backends  # stdlib-only at import
+
+KERNEL_PREFIX = "gpubench-"
+STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs
+ENVS = ("cpu", "gpu", "jax-cpu", "jax-gpu")  # every env setup can make
+DEFAULT_BACKENDS = ("tensorflow",)
+CONDA_TOOLS = ("mamba", "conda", "micromamba")
+VENV_DIRS = {"cpu": ".venv", "gpu": ".venv-gpu", "jax-cpu": ".venv-jax", "jax-gpu": ".venv-jax-gpu"}
+EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # pyproject extras
+CONDA_PYTHON = (3, 11)  # python=3.11 in the yml files
+# Pythons a venv can use: TensorFlow 2.21, JAX 0.10 and numpy 2.4 all have wheels for them
+# (requires-python in pyproject.toml).
+VENV_PYTHONS = ((3, 11), (3, 12), (3, 13))
+_JAX = "BACKENDS=tensorflow,jax` (or `gpubench setup"
+SETUP_COMMANDS = {
+    "cpu": "`make setup` (or `gpubench setup`)",
+    "gpu": "`make setup GPU=1` (or `gpubench setup --gpu`)",
+    "jax-cpu": f"`make setup {_JAX} --backends tensorflow,jax`)",
+    "jax-gpu": f"`make setup GPU=1 {_JAX} --gpu --backends tensorflow,jax`)",
+}
+
+
+class EnvError(RuntimeError):
+    """An environment or kernel problem; the message says what to do."""
+
+
+def kernel_name(env: str) -> str:
+    """The Jupyter kernel of env `env` ("cpu" -> "gpubench-cpu")."""
+    return KERNEL_PREFIX + env
+
+
+def display_name(env: str) -> str:
+    """The kernel's display name: the same in every checkout and Python, as notebooks store it."""
+    return f"Python 3 ({kernel_name(env)})"
+
+
+def backend_of(env: str) -> str:
+    """The Keras backend env `env` runs: "jax" for jax-cpu/jax-gpu/jax-..., else "tensorflow"."""
+    return next((name for name, prefix in backends.LABEL_PREFIX.items()
+                 if prefix and env.startswith(prefix)), "tensorflow")
+
+
+def env_name(backend: str, gpu: bool) -> str:
+    """The env of a backend and a device kind: ("tensorflow", False) -> "cpu", ("jax", True)
+    -> "jax-gpu"."""
+    return backends.LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
+
+
+def is_gpu_env(env: str) -> bool:
+    """Whether env `env` is meant to use a GPU: gpu, jax-gpu, and variants gpu-..., jax-gpu-..."""
+    kind = env.removeprefix(backends.LABEL_PREFIX.get(backend_of(env), ""))
+    return kind == "gpu" or kind.startswith("gpu-")
+
+
+def parse_backends(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """"tensorflow,jax" (or a list) -> ("tensorflow", "jax"); ValueError naming a bad one."""
+    names = value.split(",") if isinstance(value, str) else list(value or [])
+    chosen = tuple(dict.fromkeys(name.strip() for name in names if name.strip()))
+    for name in chosen:
+        if name not in backends.SUPPORTED:
+            why = backends.NOT_YET.get(name, "not a Keras backend gpubench knows")
+            raise ValueError(f"backend {name!r}: {why}; use {', '.join(backends.SUPPORTED)} or "
+                             "both (BACKENDS=tensorflow,jax, or --backends tensorflow,jax)")
+    if not chosen:
+        raise ValueError(f"no backend given; use {', '.join(backends.SUPPORTED)} or both "
+                         "(BACKENDS=tensorflow,jax, or --backends tensorflow,jax)")
+    return chosen

@@ -15,8 +15,9 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
-from gpubench import __version__, envs, results, runner
+from gpubench import __version__, envs, machine, results, runner
 
 
 def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.ArgumentParser:
@@ -213,11 +214,13 @@ def _envs(args: argparse.Namespace) -> int:
 
 def doctor_report() -> dict:
     """What `doctor --json` prints: the environment snapshot, the devices the backend sees, the
-    env label, whether TensorFlow can be imported, and the diagnosis when no GPU is seen."""
+    env label, gpubench's version and checkout, whether TensorFlow can be imported, and the
+    diagnosis when no GPU is seen."""
     from gpubench import devices  # noqa: PLC0415
 
     found = {**results.environment_snapshot(), "devices": devices.list_devices(),
-             "env": results.default_env_name(),
+             "env": results.default_env_name(), "gpubench": __version__,
+             "checkout": str(machine.project_root()),
              "tensorflow_importable": importlib.util.find_spec("tensorflow") is not None}
     try:
         devices.check_gpu()
@@ -238,7 +241,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=1, default=str))
         return 1 if args.gpu and not gpus else 0
     snapshot = {k: v for k, v in found.items()
-                if k not in ("devices", "env", "tensorflow_importable", "diagnosis")}
+                if k not in ("devices", "env", "tensorflow_importable", "diagnosis", "gpubench",
+                             "checkout")}
     print(notebook.describe_environment(snapshot))
     backend = found.get("backend") or "the backend"
     print(f"Devices {backend} sees: {', '.join(found['devices'])} (env label {found['env']})")
@@ -252,7 +256,16 @@ def _doctor(args: argparse.Namespace) -> int:
 def _scaling(args: argparse.Namespace) -> int:
     from gpubench import scaling  # noqa: PLC0415
 
-    return scaling.cli_main(args)
+    args.out = args.out or str(scaling.default_out())  # one folder for the workers and the table
+    code = scaling.cli_main(args)
+    if code == 0 and (args.local_workers is not None or args.index == 0):
+        from gpubench.report import scaling as scaling_report  # noqa: PLC0415
+
+        found = [r for r in results.read_records(Path(args.out) / "results.jsonl")
+                 if r.get("benchmark") == "scaling"]
+        if found:
+            print(scaling_report.table(found))
+    return code
 
 
 _COMMANDS = {"run": _run, "report": _report,

@@ -62,7 +62,7 @@ def test_parameter_of_one_notebook_is_checked_against_it(capsys, tmp_path):
 @pytest.mark.parametrize("item,words", [("epochs=abc", "'abc'"), ("Mnist_CNN:epochs=-1", "-1"),
                                         ("sizes=[0]", "0")])
 def test_bad_value_exits_2_naming_it(capsys, tmp_path, monkeypatch, item, words):
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     code, _, err = _main(capsys, "run", "--profile", "quick", "--envs", "cpu", "--notebooks",
                          "performanceTest,Mnist_CNN,Mnist_MLP_h1000", "--out", str(tmp_path / "r"),
                          "-p", item)
@@ -87,7 +87,7 @@ def test_typo_exits_2_within_10_s_without_tensorflow():
 
 
 def test_a_missing_notebook_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "notebooks_dir", lambda: tmp_path)
+    monkeypatch.setattr(runner.arguments, "notebooks_dir", lambda: tmp_path)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
     assert code == 2 and f"performanceTest missing from {tmp_path}" in err and "git checkout" in err
     assert not (tmp_path / "r").exists()
@@ -136,7 +136,7 @@ GOOD_JOB = {"env": "cpu", "notebook": "performanceTest", "status": "pending", "a
 def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, change, field):
     """A run.json from an older gpubench or a hand edit: exit 2 naming the field, before any
     kernel, and saying to start a new run."""
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     run_dir = _run_dir(tmp_path / "r")
     manifest = json.loads((run_dir / runner.MANIFEST).read_text())
     (run_dir / runner.MANIFEST).write_text(json.dumps({**manifest, **change}))
@@ -149,7 +149,7 @@ def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, ch
 def test_resume_of_a_missing_notebook_names_it(capsys, tmp_path, monkeypatch):
     """A run dir made when a notebook existed that no longer does."""
     (tmp_path / "nb").mkdir()
-    monkeypatch.setattr(runner, "notebooks_dir", lambda: tmp_path / "nb")
+    monkeypatch.setattr(runner.arguments, "notebooks_dir", lambda: tmp_path / "nb")
     code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
     assert code == 2 and "performanceTest missing from" in err and "start a new run" in err
 
@@ -249,11 +249,11 @@ def test_a_held_run_directory_is_refused_naming_the_pid(capsys, tmp_path):
 def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
     """The second `run --out X` looked before the first locked; it must not take X."""
     run_dir = tmp_path / "r"
-    first, second = runner.contextlib.ExitStack(), runner.contextlib.ExitStack()
+    first, second = runner.manifest.contextlib.ExitStack(), runner.manifest.contextlib.ExitStack()
     with first, second:
         targets = {"cpu": runner.Target(kernel="gpubench-cpu")}
         runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
-        monkeypatch.setattr(runner, "check_new_out", lambda path: None)  # it looked too early
+        monkeypatch.setattr(runner.manifest, "check_new_out", lambda path: None)  # it looked too early
         with pytest.raises(runner.UsageError,
                            match=f"in use by another gpubench run \\(PID {os.getpid()}\\)"):
             runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
@@ -262,21 +262,26 @@ def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
 # ---- a job: attempt, records on disk, errors
 
 def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
-    """papermill.execute_notebook replaced: no kernel, but the runner's kernel manager goes through
-    its launch, whose environment is recorded; may write a record."""
+    """papermill.execute_notebook replaced: no kernel, but the runner's kernel manager and its
+    provisioner go through their launch, whose environment is recorded; may write a record."""
     import asyncio
 
     import papermill
-    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.provisioning import LocalProvisioner
 
     seen: list[dict] = []
 
     async def launch(self, kernel_cmd, **kw):
-        seen.append({**kw["env"], "manager": type(self).__name__})
+        seen.append({**kw["env"], "manager": type(self.parent).__name__})
+
+    async def start(manager):  # the manager's start, up to its provisioner's Popen
+        kernel_cmd, kw = await manager.pre_start_kernel(env={"FROM_SPEC": "1"})
+        await manager.provisioner.launch_kernel(kernel_cmd, **kw)
+        await manager.cleanup_resources()
 
     def execute_notebook(source, output, parameters, kernel_manager_class, kernel_name, **kwargs):
         manager = kernel_manager_class(kernel_name=kernel_name)
-        asyncio.run(manager._async_launch_kernel(["python"], env={"FROM_SPEC": "1"}))
+        asyncio.run(start(manager))
         seen[-1].update(kernel=kernel_name, argv=manager.kernel_spec.argv, params=parameters,
                         claimed=json.loads((Path(parameters["results_path"]).parent
                                             / runner.MANIFEST).read_text())["jobs"])
@@ -286,7 +291,7 @@ def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
         if raise_error is not None:
             raise raise_error
 
-    monkeypatch.setattr(AsyncKernelManager, "_async_launch_kernel", launch)
+    monkeypatch.setattr(LocalProvisioner, "launch_kernel", launch)
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
     return seen
 
@@ -365,7 +370,7 @@ def test_a_kernel_of_another_checkout_is_skipped(tmp_path, monkeypatch, capsys):
         "argv": ["/other/clone/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "x", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("another checkout's kernel ran"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("another checkout's kernel ran"))
     code, out, _ = _main(capsys, "run", "--profile", "quick", "--envs", "cpu-elsewhere",
                          "--notebooks", "performanceTest", "--out", str(tmp_path / "r"))
     assert code == 1 and "SKIPPED env cpu-elsewhere: kernel gpubench-cpu-elsewhere" in out
@@ -489,8 +494,8 @@ def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_
 
 @pytest.mark.parametrize("module", ["ipykernel", "keras", "papermill"])
 def test_here_without_a_package_names_it(capsys, tmp_path, monkeypatch, module):
-    real = runner.importlib.util.find_spec
-    monkeypatch.setattr(runner.importlib.util, "find_spec",
+    real = runner.targets.importlib.util.find_spec
+    monkeypatch.setattr(runner.targets.importlib.util, "find_spec",
                         lambda name, *a: None if name == module else real(name, *a))
     monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
     code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
@@ -618,7 +623,7 @@ def test_a_gpu_env_that_sees_no_gpu(capsys, tmp_path, monkeypatch, no_report):
     monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join([str(tmp_path / "jupyter"),
                                                         str(Path(cpu.resource_dir).parents[1])]))
     _fake_probe(monkeypatch, diagnosis="Diagnosis: the driver is broken.\nFix: reinstall it.")
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     code, _, err = _main(capsys, *QUICK[:3], "--envs", "gpu", "--out", str(tmp_path / "r"))
     assert code == 2 and "--envs gpu: tensorflow in this env sees no GPU" in err
     assert "Diagnosis: the driver is broken. Fix: reinstall it." in err
@@ -644,7 +649,7 @@ def test_a_gpu_env_that_sees_no_gpu(capsys, tmp_path, monkeypatch, no_report):
                                   'performanceTest:devices=["cpu","gpu:1"]'])
 def test_a_gpu_the_env_does_not_have_exits_2(capsys, tmp_path, monkeypatch, item):
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     code, _, err = _main(capsys, "run", "--envs", "cpu", "--notebooks",
                          "performanceTest,Mnist_CNN", "--out", str(tmp_path / "r"), "-p", item)
     name = item.split(":", 1)[-1].split("=")[0] if ":" in item.split("=")[0] else "device"
@@ -653,7 +658,7 @@ def test_a_gpu_the_env_does_not_have_exits_2(capsys, tmp_path, monkeypatch, item
 
 
 def test_tf_data_where_tensorflow_cannot_be_imported_exits_2(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "execute", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     _fake_probe(monkeypatch, backend="jax", tensorflow=False)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     code, _, err = _main(capsys, "run", "--here", "--notebooks", "Speed_Factors", "--out",
@@ -681,7 +686,7 @@ def test_a_resumed_crash_runs_a_higher_attempt_and_needs_its_own_records(capsys,
 def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypatch):
     run_dir = _run_dir(tmp_path / "r")
     real_write_text = Path.write_text
-    monkeypatch.setattr(runner, "_finish_report", lambda d: pytest.fail("reported"))
+    monkeypatch.setattr(runner.loop, "_finish_report", lambda d: pytest.fail("reported"))
 
     def full(self, *args, **kwargs):
         if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
@@ -725,7 +730,7 @@ def test_ctrl_c_before_the_first_notebook_says_how_to_resume(capsys, tmp_path, m
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_mark_unavailable", interrupted)
+    monkeypatch.setattr(runner.loop, "_mark_unavailable", interrupted)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
     assert code == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -470,3 +470,72 @@ def test_a_kernel_the_runner_starts_logs_no_tcp_notice_and_stores_no_colour_code
     assert "Total params" in stored and "Model: \\\"sequential\\\"" in stored
     assert "\x1b[" not in stored
     assert cell.execution_count == 1
+
+
+# ---------------------------------------------------------------- the kernel provisioner
+
+def test_the_runners_kernel_specs_name_its_registered_provisioner(tmp_path):
+    """Every kernel spec the runner's manager reads names gpubench's provisioner, registered as
+    an entry point (pyproject.toml), which jupyter_client builds with the job's environment."""
+    from jupyter_client.provisioning import KernelProvisionerFactory
+
+    from gpubench import runner
+    from gpubench.runner.provisioner import RunnerProvisioner
+
+    runner.kernels.register_provisioner()
+    spec_dir = runner.write_here_spec(tmp_path, sys.executable)
+    manager = runner.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, spec_dir)(
+        kernel_name=runner.HERE_KERNEL)
+    assert manager.kernel_spec.metadata["kernel_provisioner"] == {
+        "provisioner_name": runner.PROVISIONER, "config": {"extra_env": {"GPUBENCH_ATTEMPT": "3"}}}
+    made = KernelProvisionerFactory.instance().create_provisioner_instance(
+        "k", manager.kernel_spec, parent=manager)
+    assert type(made) is RunnerProvisioner and made.extra_env == {"GPUBENCH_ATTEMPT": "3"}
+
+
+def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
+    import asyncio
+
+    from gpubench import runner
+
+    spec_dir = runner.write_here_spec(tmp_path, sys.executable)
+    manager = runner.kernel_manager_class({"NO_COLOR": "1"}, spec_dir)(
+        kernel_name=runner.HERE_KERNEL)
+
+    async def prepare():
+        try:
+            return await manager.pre_start_kernel(env={"FROM_SPEC": "1", "NO_COLOR": "0"})
+        finally:
+            await manager.cleanup_resources()
+
+    cmd, kw = asyncio.run(prepare())
+    assert kw["env"]["FROM_SPEC"] == "1" and kw["env"]["NO_COLOR"] == "1"  # ours on top
+    assert cmd[0] == sys.executable and cmd[-1] == (
+        f"--IPKernelApp.exec_lines={runner.PLAIN_RICH_TEXT}")
+    if sys.platform.startswith("linux"):
+        assert callable(kw["preexec_fn"])  # machine.die_with_parent, run between fork and exec
+
+
+def test_a_checkout_on_sys_path_without_the_entry_point_still_gets_the_provisioner(
+        monkeypatch):
+    """gpubench on PYTHONPATH only (no install, no entry point): `run` registers the same
+    provisioner in jupyter_client's registry, so its kernels start the same way."""
+    import importlib.metadata
+
+    from jupyter_client.provisioning import KernelProvisionerFactory
+
+    from gpubench import runner
+    from gpubench.runner.provisioner import RunnerProvisioner
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
+    monkeypatch.setattr(KernelProvisionerFactory, "provisioners", {})
+    runner.kernels.register_provisioner()
+    entry = KernelProvisionerFactory.provisioners[runner.PROVISIONER]
+    assert entry.load() is RunnerProvisioner
+
+
+def test_eta_is_tqdm_s_clock_scaled_by_the_work_done():
+    from gpubench.runner import loop
+
+    assert loop._eta(65, 0, 200) == "(elapsed 01:05, about 03:20 left)"  # nothing done: estimate
+    assert loop._eta(60, 30, 90) == "(elapsed 01:00, about 02:00 left)"

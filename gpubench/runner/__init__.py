@@ -1,0 +1,74 @@
+"""`gpubench run`: every notebook, in every env's kernel, with papermill; then the report.
+
+RUN_DIR/run.json holds the jobs and how each env is reached (`--resume` reads it);
+RUN_DIR/run.lock is flock-ed by the running process. An env is a registered kernel
+(gpubench-ENV, or any kernel with `--kernel`) or, with `--here`, a kernel of the Python that
+runs gpubench. A job's attempt is claimed in run.json before its notebook starts. Kernels die
+with the runner; a first Ctrl-C or SIGTERM interrupts the kernel, so the notebook keeps what
+it measured; a second one stops at once.
+
+Modules: arguments (lists, backend, -p values), targets (how each env is reached, probes),
+manifest (run.json), kernels (the kernel manager, stderr, signals), provisioner (what every
+kernel gets, loaded by jupyter_client), jobs (one notebook run), loop (the run, start to end).
+"""
+
+from gpubench.rundir import LOCK, UsageError, lock_run_dir
+from gpubench.runner.arguments import (
+    NEW_RUN,
+    RUNNER_PARAMS,
+    check_backend,
+    check_notebooks,
+    check_params,
+    notebooks_dir,
+    parse_params,
+    split_names,
+)
+from gpubench.runner.jobs import claim, execute, job_parameters
+from gpubench.runner.kernels import (
+    HERE_KERNEL,
+    KERNEL_NOISE,
+    PLAIN_RICH_TEXT,
+    PROVISIONER,
+    _Stop,
+    forward_stderr,
+    kernel_config,
+    kernel_manager_class,
+    write_here_spec,
+)
+from gpubench.runner.loop import _CellOutput, _finish_report, _mark_unavailable, run
+from gpubench.runner.manifest import (
+    JOB_STATUSES,
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    Job,
+    check_manifest,
+    check_new_out,
+    is_run_dir,
+    load_run,
+    new_run,
+    target_of,
+    write_manifest,
+)
+from gpubench.runner.targets import (
+    HERE_NEEDS,
+    Target,
+    check_envs,
+    check_reachable,
+    check_runnable,
+    env_label,
+    env_problems,
+    here_target,
+    kernel_target,
+)
+
+__all__ = [
+    "HERE_KERNEL", "HERE_NEEDS", "JOB_STATUSES", "KERNEL_NOISE", "LOCK", "MANIFEST",
+    "MANIFEST_SCHEMA", "NEW_RUN", "PLAIN_RICH_TEXT", "PROVISIONER", "RUNNER_PARAMS", "Job",
+    "Target", "UsageError", "_CellOutput", "_Stop", "_finish_report", "_mark_unavailable",
+    "check_backend", "check_envs", "check_manifest", "check_new_out", "check_notebooks",
+    "check_params", "check_reachable", "check_runnable", "claim", "env_label", "env_problems",
+    "execute", "forward_stderr", "here_target", "is_run_dir", "job_parameters", "kernel_config",
+    "kernel_manager_class", "kernel_target", "load_run", "lock_run_dir", "new_run",
+    "notebooks_dir", "parse_params", "run", "split_names", "target_of", "write_here_spec",
+    "write_manifest",
+]

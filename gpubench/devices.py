@@ -35,6 +35,12 @@ def list_devices() -> list[str]:
     return ["cpu"] + [f"gpu:{i}" for i in range(gpu_count())]
 
 
+def gpus_first() -> list[str]:
+    """Every device of this environment, GPUs first and the CPU last: what a chapter measures
+    when it is given no devices."""
+    return list_devices()[1:] + ["cpu"]
+
+
 def check_name(name: object, *, virtual_cpus: bool = False) -> str:
     """`name` stripped if its syntax is right ("cpu:N" only if virtual_cpus); loads no backend."""
     try:

@@ -97,7 +97,7 @@ def _resolve_devices(chosen: dict) -> dict:
         chosen["device"] = _resolve(chosen["device"])
     names = chosen.get("devices")
     if names is None and "sizes" in chosen:  # performanceTest: every device, GPUs first
-        names = devices.list_devices()[1:] + ["cpu"]
+        names = devices.gpus_first()
     if names is not None and "virtual_devices" not in chosen:
         chosen["devices"] = [_resolve(name) for name in names]
     return chosen

@@ -3,6 +3,7 @@ and a papermill run."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -11,6 +12,8 @@ import pytest
 
 from conftest import NOTEBOOKS, python_env
 from gpubench import factors, results, telemetry
+from gpubench.factors import measure
+from gpubench.factors import trainer as factor_trainer
 
 
 def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
@@ -33,12 +36,20 @@ def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, en
     return record
 
 
+def _report():
+    """gpubench.report.factors, the tables and text written from these numbers (the submodule
+    itself, imported by the tests that read it)."""
+    return importlib.import_module("gpubench.report.factors")
+
+
 def _effect(rows, device, factor):
     (row,) = [r for r in rows if r["device"] == device and r["factor"] == factor]
     return row
 
 
 def test_speedup_is_baseline_time_over_variant_time_not_inverted():
+    report = _report()
+
     rows = factors.effects([
         _record(),
         _record(factor="batch_size", batch_size=1000, seconds=(5.0, 0.5, 0.55, 0.52)),
@@ -47,13 +58,15 @@ def test_speedup_is_baseline_time_over_variant_time_not_inverted():
     batch, xla = _effect(rows, "cpu", "batch_size"), _effect(rows, "cpu", "xla")
     assert batch["speedup"] == pytest.approx(2.0) and batch["verdict"] == "faster"
     assert batch["clear"]
-    assert batch["value"] == "batch 1000" and factors.describe(batch) == "2.00x faster"
+    assert batch["value"] == "batch 1000" and report.describe(batch) == "2.00x faster"
     assert xla["speedup"] == pytest.approx(0.5) and xla["verdict"] == "slower"
-    assert xla["value"] == "XLA on" and factors.describe(xla) == "2.00x slower"
+    assert xla["value"] == "XLA on" and report.describe(xla) == "2.00x slower"
     assert _effect(rows, "cpu", "baseline")["speedup"] == pytest.approx(1.0)
 
 
 def test_no_clear_effect_when_the_rounds_straddle_one():
+    report = _report()
+
     base = _record(seconds=(9.0, 1.0, 1.0, 1.0))
     noisy = _record(factor="steps_per_execution", seconds=(9.0, 0.8, 1.25, 0.9))
     steady = _record(factor="input_pipeline", seconds=(9.0, 0.9, 0.92, 0.91))
@@ -62,7 +75,7 @@ def test_no_clear_effect_when_the_rounds_straddle_one():
     assert n["speedup"] == pytest.approx(1.25)  # the best round alone would call it faster
     assert (n["low"], n["high"]) == (pytest.approx(0.8), pytest.approx(1.25))
     assert n["verdict"] == "no clear effect" and not n["clear"]
-    assert factors.describe(n) == "no clear effect"
+    assert report.describe(n) == "no clear effect"
     s = _effect(rows, "cpu", "input_pipeline")
     assert s["low"] > 1.0 and s["verdict"] == "faster"
 
@@ -86,30 +99,36 @@ def test_each_device_is_compared_with_its_own_baseline():
 
 
 def test_time_boxed_record_rates_use_the_steps_measured():
+    report = _report()
+
     boxed = _record(factor="precision", precision="mixed_float16", time_boxed=True,
                     steps=6, seconds=(50.0, 2.0, 2.0, 2.0))  # 2 steps of 100 per round
     assert factors.round_rates(boxed) == [pytest.approx(100.0)] * 3
     rows = factors.effects([_record(), boxed])  # baseline: 1000 images/s
     row = _effect(rows, "cpu", "precision")
-    assert row["speedup"] == pytest.approx(0.1) and factors.describe(row) == "10x slower"
-    assert factors.accuracy_text(row) == "accuracy not measured (time-boxed)"
-    table = factors.table(rows)
+    assert row["speedup"] == pytest.approx(0.1) and report.describe(row) == "10x slower"
+    assert report.accuracy_text(row) == "accuracy not measured (time-boxed)"
+    table = report.table(rows)
     assert "accuracy not measured (time-boxed)" in table and "6 (time-boxed)" in table
     assert "10x slower" in table and "(the reference)" in table
 
 
 def test_the_table_shows_each_variants_gpu_busy_share():
+    report = _report()
+
     busy = dict(telemetry.unmeasured(None), source="nvml", gpu_util_percent_mean=23.4)
     rows = factors.effects([_record("gpu:0", env="gpu"),
                             _record("gpu:0", "input_pipeline", (9, 0.5, 0.5, 0.5), env="gpu",
                                     input_pipeline="on_device", telemetry=busy)])
-    lines = factors.table(rows).splitlines()
+    lines = report.table(rows).splitlines()
     assert "| GPU busy |" in lines[0]
     column = lines[0].split("|").index(" GPU busy ")
     assert [line.split("|")[column].strip() for line in lines[2:]] == ["n/a", "23 %"]
 
 
 def test_crossover_batch_size():
+    report = _report()
+
     def pair(batch, gpu_s, cpu_s):
         factor = "baseline" if batch == 100 else "batch_size"
         return [_record("gpu:0", factor, (9, gpu_s, gpu_s), env="gpu", batch_size=batch),
@@ -117,30 +136,36 @@ def test_crossover_batch_size():
     records = pair(32, 3.0, 2.0) + pair(100, 1.5, 1.0) + pair(256, 0.8, 0.9) + pair(1024, 0.2, 0.7)
     assert factors.crossover_batch_size(records) == 256
     assert factors.crossover_batch_size([r for r in records if r["device"] == "cpu"]) is None
-    assert "No GPU" in factors.crossover_text([r for r in records if r["device"] == "cpu"])
-    assert "**256**" in factors.crossover_text(records)
+    assert "No GPU" in report.crossover_text([r for r in records if r["device"] == "cpu"])
+    assert "**256**" in report.crossover_text(records)
 
 
-def test_percent_of_the_best_matmul_of_the_same_device_and_dtype():
-    def matmul(device, dtype, best):  # 1000^3 x 2 FLOPs: the fastest repeat at `best` GFLOP/s
-        return {"benchmark": "matmul", "status": "ok", "env": "cpu", "device": device,
-                "dtype": dtype, "size": 1000, "seconds_min": 2 / best, "seconds": 4 / best,
-                "gflops": best / 2}
+def test_percent_of_peak_divides_by_the_newest_peak_record_of_the_same_device_and_dtype():
+    def matmul(device, dtype, gflops, method="peak", when="2026-01-01T00:00:00", env="cpu"):
+        return {"benchmark": "matmul", "status": "ok", "env": env, "device": device,
+                "dtype": dtype, "method": method, "size": 4096, "gflops": gflops,
+                "seconds": 2 * 4096 ** 3 / gflops / 1e9, "timestamp": when}
     record = _record(seconds=(9, 1.0, 1.0))  # 1000 images/s x 4.764 MFLOP = 4.764 GFLOP/s
-    mm = [matmul("cpu", "float32", 10.0), matmul("cpu", "float32", 47.64),
+    mm = [matmul("cpu", "float32", 10.0, when="2025-12-01T00:00:00"),  # an older probe
+          matmul("cpu", "float32", 47.64),  # the newest probe: the reference
+          matmul("cpu", "float32", 4.764, method="rigorous"),  # a sweep record: never one
+          matmul("cpu", "float32", 1.0, env="other"),  # another env's probe
           matmul("cpu", "bfloat16", 500.0), matmul("gpu:0", "float32", 9000.0)]
     assert factors.percent_of_matmul_peak(record, mm) == pytest.approx(10.0)
     bf16 = _record(seconds=(9, 1.0, 1.0), precision="mixed_bfloat16")
     assert factors.percent_of_matmul_peak(bf16, mm) == pytest.approx(100 * 4.764 / 500)
-    assert factors.percent_of_matmul_peak(record, mm[2:]) is None
+    assert factors.percent_of_matmul_peak(record, mm[4:]) is None  # no float32 probe on cpu
+    assert factors.percent_of_matmul_peak(record, mm[2:3]) is None  # a sweep is not a peak
 
 
 def test_findings_name_what_matters():
+    report = _report()
+
     rows = factors.effects([
         _record(), _record(factor="batch_size", batch_size=1000, seconds=(9, 0.4, 0.4, 0.4)),
         _record(factor="xla", jit=True, seconds=(9, 0.95, 1.1, 1.0)),
     ])
-    text = factors.findings(rows)
+    text = report.findings(rows)
     assert "most here is **batch 1000**" in text and "2.50x" in text
     assert "no clear effect: XLA on" in text
 
@@ -148,17 +173,18 @@ def test_findings_name_what_matters():
 def _trainer(factor, seconds, probe_seconds=1.0, boxed=None, **settings):
     """A measured variant (no model): 1000 images per round, the given round seconds."""
     variant = factors.Variant(factor, **settings)
-    return factors._Trainer(variant, "cpu", None, [0] * 1000, None, round_seconds=list(seconds),
-                            probe_step_seconds=probe_seconds, boxed_steps=boxed)
+    return factor_trainer.Trainer(variant, "cpu", None, [0] * 1000, None,
+                                  round_seconds=list(seconds),
+                                  probe_step_seconds=probe_seconds, boxed_steps=boxed)
 
 
 @pytest.mark.parametrize("second_probe, boxed", [(0.02, None), (0.25, 4), (5.0, 1)])
 def test_a_variant_is_time_boxed_only_when_a_second_probe_agrees(monkeypatch, second_probe, boxed):
-    monkeypatch.setattr(factors, "_probe", lambda t: setattr(
+    monkeypatch.setattr(factor_trainer, "probe", lambda t: setattr(
         t, "probe_step_seconds", min(t.probe_step_seconds, second_probe)))
     slow = _trainer("precision", (), probe_seconds=1.0, precision="mixed_float16")
     slow.steps_per_epoch = 50  # 50 s projected against a 1 s baseline epoch
-    factors._decide_box(slow, baseline_epoch=1.0)
+    factor_trainer.decide_box(slow, baseline_epoch=1.0)
     assert slow.boxed_steps == boxed  # steps that last about one baseline epoch (the faster probe)
 
 
@@ -192,16 +218,18 @@ def test_the_combination_is_compared_with_the_baseline_rounds_it_ran_beside():
 
 
 def test_findings_say_when_the_combination_is_slower_than_one_factor_alone():
+    report = _report()
+
     rows = factors.effects([
         _record(), _record(factor="batch_size", batch_size=1000, seconds=(9, 0.4, 0.4, 0.4)),
         _record(factor="combined", batch_size=1000, jit=True, seconds=(9, 0.5, 0.5, 0.5)),
     ])
-    text = factors.findings(rows)
+    text = report.findings(rows)
     assert "runs at 2.00x the book's setting" in text
     assert "less than batch 1000 alone" in text
     faster = factors.effects([rows[0]["record"], rows[1]["record"],
                               _record(factor="combined", seconds=(9, 0.2, 0.2, 0.2))])
-    assert "alone" not in factors.findings(faster)
+    assert "alone" not in report.findings(faster)
 
 
 def test_variants_change_one_factor_at_a_time():
@@ -243,7 +271,7 @@ def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
     def box(trainer, baseline_epoch):
         if trainer.variant.factor == "precision":
             trainer.boxed_steps = 2
-    monkeypatch.setattr(factors, "_decide_box", box)
+    monkeypatch.setattr(measure, "decide_box", box)  # where `_rounds` looks it up
     store = results.ResultsStore(tmp_path / "r.jsonl")
     dataset = data.load("mnist", source="synthetic", max_train_samples=660, verbose=False)
     values = {"batch_size": [50], "precision": ["mixed_bfloat16"], "xla": ["on"],
@@ -283,9 +311,17 @@ def test_speed_factors_notebook_quick_covers_every_factor(tmp_path, cpu_kernel):
                           env=python_env(GPUBENCH_RUN_ID="test-run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = results.read_records(results_path)
-    assert {r["factor"] for r in records} == set(factors.FACTOR_NAMES)
-    assert [(r["factor"], r["error"]) for r in records if r["status"] != "ok"] == []
+    train = [r for r in records if r["benchmark"] == "train"]
+    assert {r["factor"] for r in train} == set(factors.FACTOR_NAMES)
+    assert [(r["factor"], r["error"]) for r in train if r["status"] != "ok"] == []
     assert all(r["notebook"] == "Speed_Factors" for r in records)
+    # The matmul peak probe, once per compute dtype of the quick profile's precisions, is the
+    # reference of every "% of matmul".
+    peaks = [r for r in records if r["benchmark"] == "matmul"]
+    assert sorted((r["device"], r["dtype"], r["method"]) for r in peaks) == [
+        ("cpu", "bfloat16", "peak"), ("cpu", "float32", "peak")]
+    float32 = [r for r in train if r["precision"] == "float32"]
+    assert all(factors.percent_of_matmul_peak(r, peaks) is not None for r in float32)
     nb = nbformat.read(out, as_version=4)
     text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
                    for c in nb.cells if c.cell_type == "code" for o in c.outputs)
@@ -294,14 +330,15 @@ def test_speed_factors_notebook_quick_covers_every_factor(tmp_path, cpu_kernel):
 
 
 def _on_device_trainer():
-    """(a built on_device trainer, steps/exec 4, batch 100 on 605 images: 6 full batches; its split)."""
+    """(A built on_device trainer, steps/exec 4, batch 100 on 605 images: 6 full batches;
+    its split)."""
     from gpubench import data, training
 
     split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
                                                     max_train_samples=660, verbose=False))
     variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
                               input_pipeline="on_device")
-    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)
+    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)
     assert trainer.status == "ok", trainer.error
     return trainer, split
 
@@ -311,7 +348,7 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
     trainer.timed(None)  # one epoch, the last 5 images in a batch of their own
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     trainer.timed(3)
 
@@ -361,15 +398,17 @@ def test_run_refuses_tf_data_where_tensorflow_cannot_be_imported(monkeypatch):
 
 
 def test_jax_records_show_no_xla_change_and_the_findings_say_why():
+    report = _report()
+
     base = {**_record(jit=True, env="jax-cpu"), "backend": "jax"}
     combined = {**_record(factor="combined", batch_size=1000, jit=True, env="jax-cpu",
                           seconds=(9, 0.5, 0.5, 0.5)), "backend": "jax"}
     rows = factors.effects([base, combined])
     assert _effect(rows, "cpu", "combined")["label"] == "combined (batch 1000)"
-    assert "XLA: always on with JAX" in factors.findings(rows).replace("**", "")
-    assert "XLA" not in factors.findings(factors.effects([_record(), _record(factor="combined")]))
-    assert "gpubench-jax-gpu kernel" in factors.crossover_text([base])
-    assert "gpubench-gpu kernel" in factors.crossover_text([_record()])
+    assert "XLA: always on with JAX" in report.findings(rows).replace("**", "")
+    assert "XLA" not in report.findings(factors.effects([_record(), _record(factor="combined")]))
+    assert "gpubench-jax-gpu kernel" in report.crossover_text([base])
+    assert "gpubench-gpu kernel" in report.crossover_text([_record()])
 
 
 @pytest.mark.jax
@@ -413,7 +452,7 @@ def test_jax_on_device_feed_trains_the_models_own_variables():
     assert int(trainer.model.optimizer.iterations.value) == iterations + 20
     assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factors._prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     iterations = int(trainer.model.optimizer.iterations.value)
     trainer.timed(3)

@@ -27,7 +27,7 @@ LAYERS = {
              "gpubench.backends.tensorflow_parallel", "gpubench.backends.jax_parallel"],
     # Clocks, telemetry (and the one-line summary in words that training prints), datasets,
     # the book's models, device names and placement.
-    "building blocks": ["gpubench.timing", "gpubench.telemetry", "gpubench.telemetry_text",
+    "building blocks": ["gpubench.timing", "gpubench.telemetry",
                         "gpubench.data", "gpubench.models", "gpubench.devices"],
     # The record schema and store, the queries over records, and the run directory's lock and
     # atomic writes. Below the measurements, which write records (results.make_record) and
@@ -38,7 +38,7 @@ LAYERS = {
     "measurements": ["gpubench.matmul", "gpubench.training", "gpubench.factors",
                      "gpubench.scaling", "gpubench.notebook"],
     # The report's tables, charts and text.
-    "presentation": ["gpubench.report", "gpubench.plots"],
+    "presentation": ["gpubench.report"],
     # The CLI, `gpubench run` across env kernels, creating envs and kernels.
     "orchestration": ["gpubench.__main__", "gpubench.cli", "gpubench.runner", "gpubench.envs"],
 }

@@ -308,9 +308,7 @@ def test_matmul_shows_percent_of_datasheet_peak_where_known(tmp_path):
 def test_the_matmul_time_chart_shows_the_books_figures_dashed():
     from matplotlib.figure import Figure
 
-    from gpubench import plots
-
-    ax = plots.plot_matmul(_sweep(1.6), "seconds", Figure().subplots())
+    ax = report.matmul.plot(_sweep(1.6), "seconds", Figure().subplots())
     book = [line for line in ax.get_lines() if line.get_label().startswith(
         "book: GT 720 / its CPU (single run)")]
     assert len(book) == 2 and all(line.get_linestyle() == "--" for line in book)
@@ -329,11 +327,34 @@ def test_speed_factors_section_reads_the_factor_records(tmp_path):
                train("cpu", 100.0)]
     text = build_text(write_run(tmp_path, records))
     section = text[text.index("## Speed factors"):]
-    rows = {row[1]: row for row in table_rows(section, "cpu")}  # factors.table's rows by variant
+    rows = {row[1]: row for row in table_rows(section, "cpu")}  # report.factors.table's rows by variant
     assert rows["batch 1000"][2] == "2.00x" and "faster" in " ".join(rows["batch 1000"])
     assert "no clear effect" in rows["XLA on"]
     assert (tmp_path / "speed_factors.png").exists()
     assert len(table_rows(text, "MNIST MLP h1000")) == 1  # variants stay out of the book's table
+
+
+def test_percent_of_matmul_divides_by_the_peak_probe_and_explains_a_share_over_100(tmp_path):
+    # 2 * 1000**3 / 0.01 s: a peak of 200 GFLOP/s; the sweep's faster product is no reference
+    records = [_factor("baseline", [3.0, 1.0, 1.0, 1.0], achieved_gflops=100.0),
+               _factor("batch_size", [2.0, 0.5, 0.5, 0.5], batch_size=1000,
+                       achieved_gflops=300.0),
+               matmul("cpu", "cpu", 1000, 0.01, method="peak"),
+               matmul("cpu", "cpu", 1000, 0.001)]
+    text = build_text(write_run(tmp_path, records))
+    section = text[text.index("## Speed factors"):]
+    rows = {row[1]: row for row in table_rows(section, "cpu")}
+    pct = report.factors.HEADERS.index("% of matmul")
+    assert rows["baseline (book)"][pct] == "50%" and rows["batch 1000"][pct] == "150%*"
+    assert "\\* Over 100 % of the matmul peak: cpu batch 1000 (150 %)." in section
+    assert "Peak (the peak probe, n = 1000): cpu at float32: 200 GFLOP/s" in text
+    matmul_table = text[text.index("## Matrix multiplication"):text.index("## Speed factors")]
+    assert "peak" not in table_rows(matmul_table, "size")[0]  # the probe is no sweep column
+    # without the probe: n/a, no note, and the columns' note says the probe did not run
+    text = build_text(write_run(tmp_path / "no_probe", records[:2] + records[3:]))
+    section = text[text.index("## Speed factors"):]
+    assert {row[pct] for row in table_rows(section, "cpu")} == {"n/a"}
+    assert "Over 100 %" not in section and "n/a: the probe did not run there" in section
 
 
 # ---------------------------------------------------------------- scaling
@@ -664,7 +685,7 @@ def test_a_report_of_a_live_run_says_which_jobs_are_still_running(tmp_path):
 def test_two_processes_writing_reports_in_a_loop_never_fail(tmp_path):
     script = ("import sys; from pathlib import Path; from gpubench import report\n"
               "for i in range(150):\n"
-              "    report._write(Path(sys.argv[1]), f'report {i}', {})\n")
+              "    report.document._write(Path(sys.argv[1]), f'report {i}', {})\n")
     writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errors = [w.communicate(timeout=120)[1] for w in writers]

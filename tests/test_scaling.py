@@ -168,10 +168,12 @@ def test_reading_says_where_efficiency_drops():
                 "all_reduce": "NCCL", "virtual_devices": None, "strategy": "mirrored",
                 "workers": 1, "final_loss": 0.1}
 
+    from gpubench.report import scaling as shown
+
     records = [rec(1, 1000, 1.0, 0.97), rec(2, 1900, 0.95, 0.96), rec(4, 3000, 0.75, 0.95)]
-    text = scaling.reading(records)
+    text = shown.reading(records)
     assert "below 90% at 4 replicas (75.0%)" in text and "virtual" not in text
-    assert "| mirrored | 4 | 1 | 400 | 3,000 | 4,000 | 0.75 | 0.9500 |" in scaling.table(records)
+    assert "| mirrored | 4 | 1 | 400 | 3,000 | 4,000 | 0.75 | 0.9500 |" in shown.table(records)
 
 
 # ---------------------------------------------------------------- the chapter
@@ -476,6 +478,7 @@ def test_data_parallel_step_on_two_devices_matches_plain_training():
 @on_jax
 def test_jax_sweep_on_two_virtual_devices_records_replicas_1_and_2(tmp_path):
     from gpubench import data
+    from gpubench.report import scaling as shown
 
     store = results.ResultsStore(tmp_path / "results.jsonl")
     loaded = data.load("mnist", source="synthetic", max_train_samples=400, verbose=False)
@@ -493,4 +496,25 @@ def test_jax_sweep_on_two_virtual_devices_records_replicas_1_and_2(tmp_path):
         assert record["telemetry"]["samples"] and record["global_batch_size"] == 50 * record[
             "replicas"]
     assert records[0]["scaling_efficiency"] == 1.0 and records[1]["devices"] == ["cpu:0", "cpu:1"]
-    assert "| data_parallel | 2 | 1 | 100 |" in scaling.table(records)
+    assert "| data_parallel | 2 | 1 | 100 |" in shown.table(records)
+
+
+# ---------------------------------------------------------------- one source, no framework
+
+
+def test_the_chapter_defines_its_training_loop_once_and_dumps_no_source():
+    nb = nbformat.read(NOTEBOOKS / "Multi_GPU_Scaling.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    defining = [s for s in code if "def train(" in s]
+    assert len(defining) == 1 and "#@save\ndef train(" in defining[0]
+    assert not any("getsource" in s or "??" in s or "cfg.profile" in s for s in code)
+    assert scaling.train.__module__ == "gpubench.scaling.step"
+
+
+def test_importing_the_package_loads_no_framework():
+    code = ("import sys, gpubench.scaling as s; s.include_in_run(False, 0, 'quick', False); "
+            "print(sorted(m for m in ('keras', 'tensorflow', 'jax') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=python_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"

@@ -1,0 +1,54 @@
+"""Speed factors: one-factor-at-a-time variations of a training run from the book's baseline.
+
+The baseline is the book's setting: batch 100, float32, XLA off, one step per execution,
+arrays fed to `fit`. Each variant changes one factor; the combination takes each factor's
+fastest value. The modules:
+
+- `rules`: the factors, the variants and which values a backend runs (no framework);
+- `stats`: the numbers read from the records: rates, speedups with their interval and
+  verdict, the crossover batch size, the share of the matmul peak (no framework);
+- `trainer`: one variant on one device, its probes and its time box;
+- `measure`: the interleaved rounds, the combination, the records (`run`).
+
+The tables, charts and text written from these numbers live in `gpubench.report.factors`.
+"""
+
+from gpubench.factors.measure import best_settings, devices_to_measure, measure_device, run
+from gpubench.factors.rules import (
+    ALWAYS_COMPILED,
+    BASELINE,
+    COMPUTE_DTYPE,
+    FACTOR_NAMES,
+    FACTORS,
+    LIST_PARAMS,
+    MODELS,
+    NO_TF_DATA,
+    TF_DATA_FIX,
+    XLA_NOTE,
+    Variant,
+    chapter_values,
+    factor_values,
+    for_backend,
+    for_this_backend,
+    label,
+    variants,
+)
+from gpubench.factors.stats import (
+    compare,
+    crossover_batch_size,
+    effects,
+    is_factor_record,
+    percent_of_matmul_peak,
+    round_rates,
+    steady_rates,
+    verdict,
+)
+
+__all__ = [
+    "ALWAYS_COMPILED", "BASELINE", "COMPUTE_DTYPE", "FACTORS", "FACTOR_NAMES", "LIST_PARAMS",
+    "MODELS", "NO_TF_DATA", "TF_DATA_FIX", "XLA_NOTE", "Variant", "best_settings",
+    "chapter_values", "compare", "crossover_batch_size", "devices_to_measure", "effects",
+    "factor_values", "for_backend", "for_this_backend", "is_factor_record", "label",
+    "measure_device", "percent_of_matmul_peak", "round_rates", "run", "steady_rates", "variants",
+    "verdict",
+]

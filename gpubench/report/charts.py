@@ -1,0 +1,45 @@
+"""The shared matplotlib helpers of every chart in the report and the chapters.
+
+Each chart draws on the Axes or Figure it is given, else on a new pyplot figure (shown inline in
+Jupyter). The report passes Figures of its own (`new_axes`, `new_figure`), so it never touches
+pyplot or the backend. matplotlib loads only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+
+def axes(ax, figsize: tuple[float, float]):
+    """`ax`, else Axes on a new pyplot figure of `figsize`."""
+    return ax if ax is not None else figure(None, figsize).subplots()
+
+
+def figure(fig, figsize: tuple[float, float]):
+    """`fig` resized to `figsize`, else a new pyplot figure of that size."""
+    if fig is None:
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - only for a caller without a figure
+
+        return plt.figure(figsize=figsize)
+    fig.set_size_inches(figsize)
+    return fig
+
+
+def new_figure():
+    """A new Figure of the report's own, outside pyplot."""
+    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib only when drawing
+
+    return Figure()
+
+
+def new_axes(figsize: tuple[float, float] = (8, 5)):
+    """Axes on a new Figure of the report's own, outside pyplot."""
+    figure_ = new_figure()
+    figure_.set_size_inches(figsize)
+    return figure_.subplots()
+
+
+def size_axis(ax, **labels):
+    """Label a chart against matrix size, with grid and legend."""
+    ax.set(xlabel="matrix size n (n x n)", **labels)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax

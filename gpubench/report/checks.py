@@ -1,0 +1,131 @@
+"""The record-checking rules: every field a table or chart computes with is checked per record
+first, and a record that fails is skipped with a warning naming its file, line and field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpubench import results
+
+_LIMIT = 2**53  # an integer beyond this is no measurement (and not exact as a float)
+Rule = tuple[Callable[[Any], bool], str]  # a test of a value, and what it wants in words
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= _LIMIT if isinstance(value, int) else math.isfinite(value)
+
+
+def _optional(rule: Rule) -> Rule:
+    test, words = rule
+    return (lambda v: v is None or test(v)), f"{words} or null"
+
+
+def _list_of(rule: Rule, *, nulls: bool = False) -> Rule:
+    test, words = _optional(rule) if nulls else rule
+    return (lambda v: isinstance(v, list) and all(test(x) for x in v)), f"a list of ({words})"
+
+
+NAME: Rule = (lambda v: isinstance(v, str) and bool(v.strip())), "a non-empty string"
+TEXT: Rule = (lambda v: isinstance(v, str)), "a string"
+FLAG: Rule = (lambda v: isinstance(v, bool)), "true or false"
+OBJECT: Rule = (lambda v: isinstance(v, dict)), "a JSON object"
+COUNT: Rule = (lambda v: _finite(v) and isinstance(v, int) and v >= 0), "a whole number >= 0"
+POSITIVE_COUNT: Rule = (lambda v: _finite(v) and isinstance(v, int) and v > 0,
+                        "a whole number >= 1")
+NUMBER: Rule = (lambda v: _finite(v) and v >= 0), "a finite number >= 0"
+POSITIVE: Rule = (lambda v: _finite(v) and v > 0), "a finite number > 0"
+
+# (field, rule, for every record or only "ok" ones). "a.b" is field b of the object a.
+_ALL, _OK = "all", "ok"
+_COMMON = [("env", NAME, _ALL), ("notebook", TEXT, _ALL), ("device", NAME, _ALL),
+           ("backend", NAME, _ALL), ("error", _optional(TEXT), _ALL),
+           ("environment.hostname", _optional(TEXT), _ALL),
+           ("environment.gpus", _optional(_list_of(OBJECT)), _ALL),
+           ("environment.git_commit", _optional(TEXT), _ALL),
+           ("telemetry", _optional(OBJECT), _OK)]
+TELEMETRY_NUMBERS = ("interval_s", "samples", "seconds", "gpu_util_percent_mean",
+                      "gpu_util_percent_max", "gpu_memory_used_mb_max", "sm_clock_mhz_mean",
+                      "power_watts_mean", "power_watts_max", "energy_joules",
+                      "cpu_util_percent_mean", "cpu_util_percent_max", "cpu_energy_joules")
+_TELEMETRY = ([(f"telemetry.{name}", _optional(NUMBER), _OK) for name in TELEMETRY_NUMBERS]
+              + [(f"telemetry.{name}", _optional(TEXT), _OK)
+                 for name in ("source", "reason", "energy_method", "cpu_energy_method")]
+              + [("telemetry.partial", _optional(FLAG), _OK),
+                 ("telemetry.clock_event_reasons", _optional(_list_of(TEXT)), _OK)])
+_MATMUL = [("size", POSITIVE_COUNT, _ALL), ("method", NAME, _ALL), ("dtype", _optional(NAME), _ALL),
+           ("seconds", POSITIVE, _OK), ("gflops", _optional(NUMBER), _OK),
+           *[(name, _optional(NUMBER), _OK) for name in (
+               "seconds_min", "seconds_max", "seconds_iqr", "first_seconds", "spec_peak_gflops")],
+           ("repeats", _optional(COUNT), _OK)]
+_TRAIN = [("model", NAME, _ALL), ("dataset", _optional(TEXT), _ALL),
+          ("data_source", _optional(TEXT), _ALL), ("factor", _optional(NAME), _ALL),
+          ("epochs", _optional(COUNT), _ALL), ("batch_size", _optional(COUNT), _ALL),
+          ("train_samples", _optional(COUNT), _ALL), ("jit_compile", _optional(FLAG), _ALL),
+          ("precision", _optional(TEXT), _ALL), ("steps_per_execution", _optional(COUNT), _ALL),
+          ("input_pipeline", _optional(TEXT), _ALL),
+          ("epoch_seconds", _optional(_list_of(NUMBER)), _OK),
+          ("paired_baseline_seconds", _optional(_list_of(NUMBER)), _OK),
+          *[(name, _optional(NUMBER), _OK) for name in (
+              "first_epoch_seconds", "steady_epoch_seconds", "steady_epoch_iqr", "total_seconds",
+              "samples_per_second", "test_accuracy", "achieved_gflops")],
+          ("steps_measured", _optional(POSITIVE_COUNT), _OK), ("time_boxed", _optional(FLAG), _OK),
+          *[(name, _optional(_list_of(NUMBER, nulls=True)), _OK) for name in (
+              "epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_util_percent")],
+          ("epoch_clock_event_reasons", _optional(_list_of(_list_of(TEXT), nulls=True)), _OK)]
+_SCALING = _TRAIN + [("strategy", _optional(TEXT), _ALL), ("replicas", _optional(COUNT), _ALL),
+                     ("workers", _optional(COUNT), _ALL),
+                     ("global_batch_size", _optional(COUNT), _ALL),
+                     ("devices", _optional(_list_of(TEXT)), _ALL),
+                     ("virtual_devices", _optional(COUNT), _ALL),
+                     ("all_reduce", _optional(TEXT), _ALL),
+                     ("scaling_efficiency", _optional(NUMBER), _OK)]
+RULES = {"matmul": _COMMON + _TELEMETRY + _MATMUL,
+         "train": _COMMON + _TELEMETRY + _TRAIN + [("train_samples", POSITIVE_COUNT, _OK)],
+         "scaling": _COMMON + _TELEMETRY + _SCALING}
+
+
+def _value(record: dict, path: str) -> tuple[bool, Any]:
+    """(whether there is anything to check, the value) of "field" or "object.field"."""
+    owner, _, name = path.rpartition(".")
+    holder = record.get(owner) if owner else record
+    if not isinstance(holder, dict):
+        return False, None  # an object that is null (or checked as wrong) itself
+    return True, holder.get(name)
+
+
+def check(record: dict) -> None:
+    """Raise ValueError naming the first field the report would compute with that is unusable."""
+    ok = record["status"] == "ok"
+    for path, (test, words), when in RULES[record["benchmark"]]:
+        if when == _OK and not ok:
+            continue
+        present, value = _value(record, path)
+        if present and not test(value):
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ValueError(f"{record['benchmark']} field {path!r} is {shown}; the report needs "
+                             f"{words}")
+    if ok and record["benchmark"] != "matmul" and record.get("time_boxed"):
+        for name in ("steps_measured", "batch_size"):
+            if not POSITIVE_COUNT[0](record.get(name)):
+                raise ValueError(f"time-boxed train field {name!r} is {record.get(name)!r}; the "
+                                 f"report needs {POSITIVE_COUNT[1]}")
+
+
+def usable(records: list[dict], problems: list[str] | None = None) -> list[dict]:
+    """The records that pass `check`; each other one is skipped with a warning naming its origin
+    (file:line) and the field, also added to `problems`."""
+    kept = []
+    for record in records:
+        try:
+            check(record)
+        except ValueError as exc:
+            results.skipped(f"{record.get('_origin', 'a record')}: skipped: {exc}", problems)
+            continue
+        kept.append(record)
+    return kept
+

@@ -1,0 +1,118 @@
+"""The report's inputs: the records of one or more run directories (each job's latest attempt,
+checked by `checks`), run.json's jobs, and which folders are run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gpubench import results
+from gpubench.records import dedupe, label_columns, latest_attempts
+from gpubench.report.checks import usable
+from gpubench.report.format import first_line
+
+# Job statuses of run.json that mean the run has not finished them (yet).
+UNFINISHED = ("running", "pending")
+
+
+class ReportWriteError(ValueError):
+    """The report could not be written (full or read-only disk); the message names the path."""
+
+
+def _read(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
+    """The records of one run dir: none where only run.json is there (nothing was recorded)."""
+    path = Path(run_dir)
+    if not (path / "results.jsonl").exists() and (path / "run.json").is_file():
+        return []
+    try:
+        return results.read_records(path, problems, origin=True)
+    except results.ResultsPathError as exc:
+        results.skipped(f"{exc}; its records are not shown", problems)
+        return []
+
+
+def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
+    """Records of each job's latest attempt in every run dir that the report can use, tagged with
+    their column (`_column`); the others are skipped with a warning (also in `problems`)."""
+    problems = [] if problems is None else problems
+    records = [record | {"_run_dir": str(run_dir)} for run_dir in run_dirs
+               for record in _read(run_dir, problems)]
+    records = usable(latest_attempts(records), problems)
+    label_columns(records)
+    return dedupe(records)
+
+
+def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
+    """The jobs of run.json (run, env, notebook, status, error's first line); [] without one.
+
+    An unreadable run.json, or a job in it that is not as the runner writes it, is named in
+    `problems` (with a warning) and left out.
+    """
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        return []
+    try:
+        jobs = json.loads(path.read_bytes().removeprefix(results.BOM).decode("utf-8"))["jobs"]
+        if not isinstance(jobs, list):
+            raise TypeError(f"'jobs' is {type(jobs).__name__}, not a list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        results.skipped(f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not "
+                        "shown", problems)
+        return []
+    found = []
+    for number, job in enumerate(jobs, start=1):
+        if not (isinstance(job, dict) and all(isinstance(job.get(k), str)
+                                              for k in ("env", "notebook", "status"))
+                and isinstance(job.get("error"), (str, type(None)))):
+            results.skipped(f"{path}: job {number} is not as gpubench writes it: {job!r:.80}",
+                            problems)
+            continue
+        found.append({"run": Path(run_dir).name, "dir": str(run_dir), "env": job["env"],
+                      "notebook": job["notebook"],
+                      "status": job["status"], "error": first_line(job.get("error"))})
+    return found
+
+
+def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[str]]:
+    """[run, env, notebook, status, first line of error] of every finished job in run.json not
+    "ok" (failed, skipped, interrupted); jobs still running or pending are `unfinished`."""
+    return [job_row(job) for job in read_jobs(run_dir, problems)
+            if job["status"] not in ("ok", *UNFINISHED)]
+
+
+def job_row(job: dict) -> list[str]:
+    """A job as the report's table row: [run, env, notebook, status, error]."""
+    return [job["run"], job["env"], job["notebook"], job["status"], job["error"]]
+
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """Whether `path` holds a run: results.jsonl, or run.json alone (a run that recorded
+    nothing)."""
+    path = Path(path)
+    return (path / "results.jsonl").exists() or (path / "run.json").is_file()
+
+
+def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
+    """Run directories to report: `run_dirs`, else $GPUBENCH_RUN_DIRS, else the newest under
+    runs/ (a run dir has results.jsonl, or run.json alone)."""
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    if not run_dirs and os.environ.get("GPUBENCH_RUN_DIRS"):
+        run_dirs = os.environ["GPUBENCH_RUN_DIRS"].split(os.pathsep)
+    if not run_dirs:
+        root = results.runs_dir()
+        found = sorted(p for p in root.glob("*") if p.name != "interactive" and is_run_dir(p))
+        if not found:
+            raise FileNotFoundError(
+                f"no run directory with results under {root}; "
+                "run `make run` (or `make quick`) first, or pass run_dirs=[...]")
+        run_dirs = found[-1:]
+    paths = [Path(d) for d in run_dirs]
+    for path in paths:
+        if not is_run_dir(path):
+            raise FileNotFoundError(f"{str(path)!r} is not a run directory (no results.jsonl "
+                                    "or run.json); pass a folder written by `gpubench run`")
+    return paths
+

@@ -1,0 +1,255 @@
+"""Training in the report and the book's chapters: the book's table (mode, times, time saved,
+speedup, energy), the mode warnings, the unstable flags, and the training charts."""
+
+from __future__ import annotations
+
+import math
+
+from gpubench import factors
+from gpubench.records import (
+    MODEL_ORDER,
+    MODEL_TITLES,
+    backend_of,
+    baseline,
+    book_train,
+    by_model_and_column,
+    columns,
+    cpu_env,
+    fmt_seconds,
+    ok_records,
+)
+from gpubench.report import charts
+from gpubench.report.format import explained_table, fmt, fmt_range
+from gpubench.telemetry import text as telemetry_text
+
+_MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
+         ("batch_size", "batch ", str), ("steps_per_execution", "steps/exec ", str),
+         ("input_pipeline", "", str))
+
+
+def mode(record: dict) -> dict[str, str]:
+    """The mode a train record ran in, each field in words ("XLA off", "batch 100", ...)."""
+    return {name: label + ("?" if record.get(name) is None else show(record[name]))
+            for name, label, show in _MODE}
+
+
+def rows(records: list[dict]) -> list[list]:
+    """The book's table: per model and column, total time, % saved and speedup vs the CPU env
+    of the same machine and backend, and the energy of all epochs where it was measured."""
+    by_key = by_model_and_column(records)
+    found = []
+    for model in MODEL_ORDER:
+        for column in columns(records):
+            if (r := by_key.get((model, column))) is None:
+                continue
+            source = r["data_source"] or "?"
+            data = (r["dataset"] or "?") + (" **(synthetic)**" if source == "synthetic"
+                                            else f" ({source})")
+            first = [MODEL_TITLES[model], column, r["device"], ", ".join(mode(r).values()),
+                     fmt(r["epochs"], "")]
+            if r["status"] != "ok":
+                found.append(first + [r["status"].upper()] + ["–"] * 6 + [data])
+                continue
+            base = baseline(records, column)
+            if base is not None and (model, base) not in by_key:  # the CPU env lacks this model
+                saved, speedup = f"n/a (no {model} run in {base})", "–"
+            else:
+                saved, speedup = _versus(by_key.get((model, base)), r, base is None
+                                         and r["env"] != cpu_env(backend_of(r)))
+            found.append(first + [
+                fmt_seconds(r["total_seconds"]), fmt_seconds(r["steady_epoch_seconds"]),
+                fmt_seconds(r["first_epoch_seconds"]), saved, speedup, energy_text(r),
+                fmt(r["test_accuracy"], ".3f"), data])
+    return found
+
+
+def _versus(base: dict | None, other: dict, no_cpu_env: bool = False) -> tuple[str, str]:
+    """'% time saved' and 'speedup' of `other` against `base` ('baseline' for the base itself;
+    with `no_cpu_env`, `other` is no CPU env and its backend has none on its machine)."""
+    if no_cpu_env:
+        return f"n/a (no {cpu_env(backend_of(other))} env)", "–"
+    if base is None:
+        return "baseline", "1.00x"
+    if base["status"] != "ok" or not base["total_seconds"] or not other["total_seconds"]:
+        return "–", "–"
+    if base["epochs"] != other["epochs"] or base["train_samples"] != other["train_samples"]:
+        return "n/a (different settings)", "–"
+    saved = 100.0 * (1 - other["total_seconds"] / base["total_seconds"])
+    return f"{saved:.0f}%", f"{base['total_seconds'] / other['total_seconds']:.2f}x"
+
+
+def _joules(value: float) -> str:
+    return f"{value:,.1f} J" if value < 10 else f"{value:,.0f} J"
+
+
+def energy_text(record: dict) -> str:
+    """Energy of all a train record's epochs: the GPU's (NVML) on a GPU, and the CPU package's
+    (RAPL) or why there is none; "–" where the record has no telemetry (older gpubench)."""
+    telemetry = record.get("telemetry")
+    if not telemetry:
+        return "–"
+    parts = []
+    if record["device"].startswith("gpu"):
+        gpu = telemetry.get("energy_joules")
+        method = {"counter": "counter", "power_integral": "power x time"}.get(
+            telemetry.get("energy_method"), "")
+        parts.append(f"GPU {_joules(gpu)}" + (f" ({method})" if method else "") if gpu is not None
+                     else f"GPU n/a ({telemetry.get('reason') or 'not measured'})")
+    cpu = telemetry.get("cpu_energy_joules")
+    parts.append(f"CPU {_joules(cpu)} (RAPL)" if cpu is not None
+                 else f"CPU {telemetry_text.NO_RAPL}")
+    return "; ".join(parts)
+
+
+TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "total time",
+                    "steady epoch", "first epoch", "time saved vs CPU env", "speedup",
+                    "energy (all epochs)", "test accuracy", "data"]
+
+
+def mode_differences(ours: dict, theirs: dict) -> list[str]:
+    """The names of the mode fields (`mode`) in which two runs differ."""
+    return [name for name in ours if ours[name] != theirs[name]]
+
+
+def not_like_for_like(records: list[dict]) -> list[str]:
+    """A "**Not like for like:**" line per model whose compared columns ran in different modes."""
+    by_key = by_model_and_column(records)
+    lines = []
+    for (model, column), record in by_key.items():
+        if (base := by_key.get((model, baseline(records, column)))) is None:
+            continue
+        theirs, ours = mode(base), mode(record)
+        if differ := mode_differences(ours, theirs):
+            lines.append(
+                f"**Not like for like:** {MODEL_TITLES.get(model, model)}: "
+                f"{record['env']}: {', '.join(ours[n] for n in differ)}, "
+                f"{base['env']}: {', '.join(theirs[n] for n in differ)}.")
+    return lines
+
+
+UNSTABLE_SPREAD = 0.20  # steady-epoch IQR over median above which timings are flagged
+
+
+def unstable(records: list[dict]) -> list[str]:
+    """A line per train record whose steady epochs (Speed_Factors: rounds) spread more than
+    UNSTABLE_SPREAD, naming a variant as the factors table does and saying how to read it."""
+    lines = []
+    for r in ok_records(records, "train"):
+        spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or math.inf)
+        if spread <= UNSTABLE_SPREAD:
+            continue
+        steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
+        what = MODEL_TITLES.get(r["model"], r["model"])
+        if r.get("factor"):
+            labels = [row["label"] for row in factors.effects([r])]
+            what = f"Speed_Factors {what}, variant {labels[0] if labels else r['factor']}"
+            how = ("steady rounds", "its \"x vs baseline (min)\" in the factors table compares "
+                   "the fastest rounds, which noise slows least; trust an effect only where its "
+                   "interval leaves out 1.0, or rerun on a quieter machine")
+        else:
+            how = ("steady epochs", "the table's steady epoch is their median: read differences "
+                   "between rows smaller than this spread as noise, or rerun on a quieter machine")
+        lines.append(f"- **unstable**: {r['_column']} {what} on {r['device']}: {how[0]} "
+                     f"{fmt_range(min(steady), max(steady))} (IQR {spread:.0%} of the median); "
+                     f"{how[1]}.")
+    return lines
+
+
+
+def model_rank(model: str) -> tuple[int, str]:
+    """A model's place in the book's order (unknown models after, by name)."""
+    return (MODEL_ORDER.index(model) if model in MODEL_ORDER else len(MODEL_ORDER)), model
+
+
+def plot_epoch_bars(records: list[dict], fig=None):
+    """Grouped bars: steady-state epoch time (and epoch 1) per model, one bar per column."""
+    import numpy as np  # noqa: PLC0415
+
+    train = book_train(ok_records(records, "train"))
+    models = [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]
+    cols = columns(train)
+    by_key = {(r["model"], r["_column"]): r for r in train}
+    fig = charts.figure(fig, (4.5 * max(len(models), 1), 4.5))
+    axes = fig.subplots(1, max(len(models), 1), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=False):
+        runs = [by_key.get((model, column), {}) for column in cols]
+        steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") or 0 for r in runs]
+        first = [r.get("first_epoch_seconds") or 0 for r in runs]
+        x = np.arange(len(cols))
+        ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
+        ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
+        for xi, value in zip(x, steady, strict=True):
+            ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
+                        fontsize="small")
+        ax.set_xticks(x, cols, rotation=15, fontsize="small")
+        ax.set(title=MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
+        ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))  # room below for the legend, clear of the bars
+    return fig
+
+
+def plot_history(history: dict, epoch_seconds: list[float] | None = None, fig=None):
+    """Training curves (loss and accuracy per epoch, train and validation) and time per epoch."""
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    panels = 3 if epoch_seconds else 2
+    fig = charts.figure(fig, (5 * panels, 4))
+    axes = fig.subplots(1, panels)
+    epochs = range(1, len(history.get("loss", [])) + 1)
+    for ax, metric in zip(axes, ("loss", "accuracy"), strict=False):
+        ax.plot(epochs, history.get(metric, []), marker="o", label="train")
+        if f"val_{metric}" in history:
+            ax.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
+        ax.set(xlabel="epoch", title=metric)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    if epoch_seconds:
+        ax = axes[2]
+        ax.bar(range(1, len(epoch_seconds) + 1), epoch_seconds,
+               color=["tab:orange"] + ["tab:blue"] * (len(epoch_seconds) - 1))
+        ax.set(xlabel="epoch (orange: epoch 1, includes tracing)", ylabel="seconds",
+               title="time per epoch")
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    return fig
+
+
+def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
+    """Confusion matrix as a heat map with counts, rows = true class."""
+    names = class_names or [str(i) for i in range(len(matrix))]
+    fig = charts.figure(fig, (7, 6))
+    ax = fig.subplots()
+    image = ax.imshow(matrix, cmap="Blues")
+    for i in range(len(matrix)):
+        for j in range(len(matrix)):
+            ax.text(j, i, int(matrix[i][j]), ha="center", va="center", fontsize="x-small",
+                    color="white" if matrix[i][j] > matrix.max() / 2 else "black")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set(xlabel="predicted", ylabel="true")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+
+def section(records: list[dict], charts_: dict | None) -> list[str]:
+    """The book's table, its mode warnings, the epoch-time chart and the unstable flags."""
+    lines = []
+    if book_train(records):
+        lines += ["## Training: the book's table", "",
+                  "Each book model on each machine and env, trained as the book does (15 epochs "
+                  "in the full profile), in the mode each row shows.", "",
+                  *explained_table(TRAINING_HEADERS, rows(records))]
+        lines += [line + "\n" for line in not_like_for_like(records)]
+    if charts_ is not None and book_train(ok_records(records, "train")):
+        charts_["epoch_times.png"] = plot_epoch_bars(records, fig=charts.new_figure())
+        lines += ["![Epoch times](epoch_times.png)", ""]
+    if flagged := unstable(records):
+        lines += [f"Timings that varied a lot between epochs (IQR over median above "
+                  f"{UNSTABLE_SPREAD:.0%}):", "", *flagged, ""]
+    return lines

@@ -1,0 +1,56 @@
+"""Data-parallel training over a machine's devices, or several machines, and its scaling
+efficiency: the engine of Multi_GPU_Scaling and of `gpubench scaling`.
+
+- `rules`: what needs no framework (when `gpubench run` includes the chapter, the --cluster
+  list, the global batch of weak and strong scaling);
+- `placement`: the backend's data-parallel module, the devices and the distribution over them;
+- `step`: the training loop every replica count shares (written in the chapter, exported);
+- `sweep`: the chapter's sweep over replica counts and the `scaling` record of a run;
+- `cluster` and `workers`: `gpubench scaling`, TensorFlow's several-machine mode, and its
+  local worker processes.
+The tables, the chart and the text written from the records are gpubench.report.scaling's.
+Importing this package loads no framework.
+"""
+
+from __future__ import annotations
+
+from gpubench.scaling.cluster import (
+                                      check_cluster_backend,
+                                      cli_main,
+                                      cli_params,
+                                      default_out,
+                                      launch_local,
+                                      lock_out,
+                                      run_worker,
+)
+from gpubench.scaling.placement import (
+                                      backend_name,
+                                      canonical,
+                                      check_replicas,
+                                      local_devices,
+                                      parallel,
+                                      split_cpu,
+                                      strategy,
+                                      telemetry_device,
+)
+from gpubench.scaling.rules import (
+                                      CLI_NOTEBOOK,
+                                      CLUSTER_BACKEND,
+                                      LAUNCHER_ENV,
+                                      LOCKED_ENV,
+                                      NOTEBOOK,
+                                      check_index,
+                                      global_batch,
+                                      include_in_run,
+                                      parse_cluster,
+)
+from gpubench.scaling.step import Measured, evaluate, steps_per_epoch, train
+from gpubench.scaling.sweep import record, sweep
+from gpubench.scaling.workers import free_ports
+
+__all__ = ["CLI_NOTEBOOK", "CLUSTER_BACKEND", "LAUNCHER_ENV", "LOCKED_ENV", "NOTEBOOK",
+           "Measured", "backend_name", "canonical", "check_cluster_backend", "check_index",
+           "check_replicas", "cli_main", "cli_params", "default_out", "evaluate", "free_ports",
+           "global_batch", "include_in_run", "launch_local", "local_devices", "lock_out",
+           "parallel", "parse_cluster", "record", "run_worker", "split_cpu", "steps_per_epoch",
+           "strategy", "sweep", "telemetry_device", "train"]

@@ -21,7 +21,7 @@ import gpubench as gb
 
 def bare_tf(size: int, repeats: int) -> float:
     """A plain tf.function matmul loop: operands on the CPU beforehand, median of `repeats`."""
-    tf = gb.devices.tensorflow()
+    tf = gb.backends.current().tf()
     with tf.device("/CPU:0"):
         a = tf.random.normal([size, size])
         b = tf.random.normal([size, size])

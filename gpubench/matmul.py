@@ -1,25 +1,41 @@
-"""The book's matrix-multiplication test, done the book's way and the rigorous way.
+"""The book's matrix-multiplication test, done the book's way and the rigorous way, and the peak.
 
 book:      build two random-normal matrices on the device, multiply, sum, and time
            one run that includes all of that set-up (what the chapter's
            `performanceTest` timed with one `sess.run`).
-rigorous:  the matrices exist on the device beforehand; the product runs as a
-           compiled `tf.function`; warm-up, device sync, the median of repeats.
-Both report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
+rigorous:  the matrices exist on the device beforehand; the product runs compiled
+           (`tf.function` or `jax.jit`); warm-up, device sync, the median of repeats.
+peak:      the rigorous product at one large n, the fastest of a few repeats: each env's
+           reference for every "% of peak" (gpubench.records.peak_record finds it).
+All report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
+
+`performanceTest` and `rigorous_test` are written in notebooks/performanceTest.ipynb and
+copied here by `python tools/export_chapters.py` (tests/test_training.py fails when the two
+differ); this module turns their timings into records.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Sequence
 
 from gpubench import backends, devices, peaks, results, telemetry, timing
+from gpubench import records as queries
 from gpubench.params import check_value, positive_int
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 
-METHODS = ("book", "rigorous")
+keras = backends.keras()  # Keras on the env's backend, its start-up chatter held back
+ops = keras.ops
+backend = backends.current()  # the seam: device placement, sync and compiling, per backend
+
+METHODS = ("book", "rigorous")  # the sweep's methods; the peak probe is `peak` alone
 # The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
 GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
+# The peak probe's n per kind of device: large enough to keep the device busy, small enough
+# that the probe (a warm-up and PEAK_REPEATS products) takes a few seconds.
+PEAK_SIZE = {"gpu": 8192, "cpu": 2048}
+PEAK_REPEATS = 5
 
 
 def check_dtypes(dtypes) -> list[str]:
@@ -30,6 +46,9 @@ def check_dtypes(dtypes) -> list[str]:
 
 def check_method(method: str) -> str:
     """Return `method` if known, or raise naming it and the accepted ones."""
+    if method == queries.PEAK_METHOD:
+        raise ValueError(f"method {method!r} is the peak probe, not a sweep method: call "
+                         f"gb.matmul.peak or peaks_for; use one of {', '.join(METHODS)}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     return method
@@ -38,9 +57,9 @@ def check_method(method: str) -> str:
 def unsupported_reason(device: str, dtype: str) -> str | None:
     """Why `device` cannot run a `dtype` matmul natively (None when it can); CPUs run them all."""
     minimum = GPU_MIN_CAPABILITY.get(dtype)
-    if device == "cpu" or minimum is None:
+    if device.startswith("cpu") or minimum is None:
         return None
-    capability = backends.current().compute_capability(int(device.split(":")[1])) or minimum
+    capability = backend.compute_capability(int(device.split(":")[1])) or minimum
     if capability < minimum:  # unknown capability: let it try
         return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
                 f"{minimum[0]}.{minimum[1]} or newer")
@@ -50,27 +69,96 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
 def spec_peak(device: str, dtype: str) -> float | None:
     """The datasheet peak GFLOP/s of `device` at `dtype` (gpubench.peaks; None for CPUs and
     unknown GPUs)."""
-    if device == "cpu":
+    if device.startswith("cpu"):
         return None
     index = int(device.split(":")[1])
     gpus = results.environment_snapshot()["gpus"]
     if index >= len(gpus):
         return None
-    tf32 = dtype == "float32" and backends.current().tf32_enabled()
+    tf32 = dtype == "float32" and backend.tf32_enabled()
     return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=tf32)
+
+
+# Written by tools/export_chapters.py from the chapter's #@save cells: edit those.
+# BEGIN CHAPTER CODE from performanceTest
+
+
+def performanceTest(device_name, size, dtype="float32"):
+    """The book's measurement: random W and X made on the device, W @ X, the sum fetched;
+    the seconds of that one run, set-up included."""
+    device = devices.resolve(device_name)  # "/gpu:0" as the book writes it, or "gpu:0"
+    start = time.perf_counter()
+    with backend.scope(device):
+        w = keras.random.normal((size, size), dtype=dtype, seed=1)
+        x = keras.random.normal((size, size), dtype=dtype, seed=2)
+        total = ops.sum(ops.matmul(w, x))
+    float(total)  # fetching the sum waits for the device, as the book's sess.run did
+    return time.perf_counter() - start
+
+
+def rigorous_product(device_name, size, dtype="float32"):
+    """A function to time: the compiled W @ X on W and X made on the device beforehand."""
+    device = devices.resolve(device_name)
+    with backend.scope(device):
+        w = keras.random.normal((size, size), dtype=dtype, seed=1)
+        x = keras.random.normal((size, size), dtype=dtype, seed=2)
+    backend.sync(w, x)  # the operands exist before any clock starts
+    product = backend.compiled(ops.matmul)  # tf.function on TensorFlow, jax.jit on JAX
+
+    def run():
+        with backend.scope(device):
+            return product(w, x)
+
+    return run
+
+
+def rigorous_test(device_name, size, dtype="float32", repeats=5):
+    """The rigorous measurement: two untimed calls (the first compiles), then `repeats` calls,
+    each timed up to a device sync; the record's figure is their median."""
+    run = rigorous_product(device_name, size, dtype)
+    return timing.measure(run, warmup=2, repeats=repeats, device=devices.resolve(device_name))
+
+
+# END CHAPTER CODE
 
 
 def _book(device: str, size: int, dtype: str) -> timing.Measurement:
     """One timed run including the set-up, as the chapter's performanceTest does."""
     with telemetry.Monitor(device) as monitor:
-        seconds = backends.current().book_matmul(device, size, dtype)
+        seconds = performanceTest(device, size, dtype)
     return timing.Measurement(first=seconds, times=[seconds], telemetry=monitor.result)
 
 
 def _rigorous(device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
     """Median of `repeats` compiled products on operands already on the device."""
-    product = backends.current().rigorous_matmul(device, size, dtype)
-    return timing.measure(product, warmup=2, repeats=repeats, device=device)
+    return rigorous_test(device, size, dtype, repeats)
+
+
+def _peak(device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
+    """The peak probe's timings: one untimed warm-up, then `repeats` compiled products."""
+    return timing.measure(rigorous_product(device, size, dtype), warmup=1, repeats=repeats,
+                          device=device)
+
+
+def _record(measure: Callable[[], timing.Measurement], seconds: str, **common) -> dict:
+    """The record of one measurement: "skipped" for a dtype the device cannot run, "oom" when it
+    runs out of memory, else its timings, `seconds` ("median" or "min") being the figure."""
+    reason = unsupported_reason(common["device"], common["dtype"])
+    if reason is not None:
+        return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
+    try:
+        m = measure()
+    except Exception as exc:
+        if not backends.is_oom(exc):
+            raise
+        status, error = backends.failure(exc)
+        return results.make_record("matmul", status=status, error=error, repeats=0, **common)
+    s = m.stats
+    figure = getattr(s, seconds)
+    return results.make_record("matmul", seconds=figure, seconds_min=s.min, seconds_max=s.max,
+                               seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
+                               gflops=2 * common["size"]**3 / figure / 1e9,
+                               telemetry=m.telemetry, **common)
 
 
 def performance_test(
@@ -91,22 +179,53 @@ def performance_test(
     positive_int("repeats", repeats)
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
                   size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype))
-    reason = unsupported_reason(device, dtype)
-    if reason is not None:
-        return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
-    try:
-        m = (_book(device, size, dtype) if method == "book"
-             else _rigorous(device, size, dtype, repeats))
-    except Exception as exc:
-        if not backends.is_oom(exc):
-            raise
-        status, error = backends.failure(exc)
-        return results.make_record("matmul", status=status, error=error, repeats=0, **common)
-    s = m.stats
-    return results.make_record("matmul", seconds=s.median, seconds_min=s.min, seconds_max=s.max,
-                               seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
-                               gflops=2 * size**3 / s.median / 1e9, telemetry=m.telemetry,
-                               **common)
+    if method == "book":
+        return _record(lambda: _book(device, size, dtype), "median", **common)
+    return _record(lambda: _rigorous(device, size, dtype, repeats), "median", **common)
+
+
+def peak(device_name: str, dtype: str = "float32", *, notebook: str,
+         env: str | None = None) -> dict:
+    """The peak probe of `device_name` at `dtype`: the compiled product at n = PEAK_SIZE of the
+    device's kind, warm, the fastest of PEAK_REPEATS; its record (method "peak", seconds the
+    fastest) is the reference of every "% of peak" ("skipped"/"oom" as performance_test)."""
+    device = devices.resolve(device_name)
+    (dtype,) = check_dtypes([dtype])
+    size = PEAK_SIZE["cpu" if device.startswith("cpu") else "gpu"]
+    common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
+                  size=size, dtype=dtype, method=queries.PEAK_METHOD,
+                  spec_peak_gflops=spec_peak(device, dtype))
+    return _record(lambda: _peak(device, size, dtype, PEAK_REPEATS), "min", **common)
+
+
+def peaks_for(
+    device_names: Sequence[str],
+    dtypes: str | Sequence[str],
+    *,
+    store: results.ResultsStore | None = None,
+    env: str | None = None,
+    notebook: str,
+    progress: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """The peak record of this env for every device and dtype: the one already in the store's
+    file, else a fresh `peak`, appended to the store as made (one probe per env and dtype)."""
+    resolved = [devices.resolve(name) for name in device_names]
+    if not resolved:
+        raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
+    dtypes = check_dtypes(dtypes)
+    env = env or results.default_env_name()
+    stored = store.read() if store is not None else []
+    found = []
+    for device, dtype in itertools.product(resolved, dtypes):
+        record = queries.peak_record(stored, env, device, dtype)
+        if record is None:
+            record = peak(device, dtype, notebook=notebook, env=env)
+            if store is not None:
+                store.append(record)
+        found.append(record)
+        if progress is not None:
+            progress(record)
+    return found
 
 
 def sweep(
@@ -145,6 +264,11 @@ def sweep(
 
 def describe(record: dict) -> str:
     """One line for a matmul record, for progress output."""
+    if record.get("method") == queries.PEAK_METHOD:
+        head = f"peak probe n={record['size']} {record['device']} {record['dtype']}:"
+        if record["status"] != "ok":
+            return f"{head} {record['status'].upper()}: {record['error']}"
+        return f"{head} {record['gflops']:.1f} GFLOP/s (fastest of {record['repeats']})"
     head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} "
             f"{record['dtype']:<8} {record['method']:<9}")
     if record["status"] != "ok":

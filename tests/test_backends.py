@@ -83,7 +83,7 @@ def test_jax_env_has_no_tensorflow_and_records_say_so():
 
 @pytest.mark.jax
 def test_jax_sync_waits_for_the_work_it_is_given():
-    fn = backends.current().rigorous_matmul("cpu", 3000, "float32")
+    fn = matmul.rigorous_product("cpu", 3000, "float32")
     fn()  # compiled
     product = fn()
     assert not product.is_ready()  # JAX dispatched it and returned at once
@@ -93,7 +93,7 @@ def test_jax_sync_waits_for_the_work_it_is_given():
 
 @pytest.mark.jax
 def test_without_the_sync_a_timed_jax_matmul_would_end_before_its_work(monkeypatch):
-    fn = backends.current().rigorous_matmul("cpu", 3000, "float32")
+    fn = matmul.rigorous_product("cpu", 3000, "float32")
     seen = []
     monkeypatch.setattr(timing, "sync", lambda *values: seen.extend(values))
     timing.measure(fn, warmup=1, repeats=1)

@@ -1,4 +1,4 @@
-"""matmul: both methods, the sweep, OOM handling, and bad input that writes nothing."""
+"""matmul: both methods, the peak probe, the sweep, OOM handling, bad input that writes nothing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpubench import backends, devices, matmul, notebook, peaks, results
+from gpubench import records as queries
 
 
 def test_book_method_record(tmp_path):
@@ -208,3 +209,93 @@ def test_a_dtype_the_gpu_cannot_run_is_skipped_and_says_why(monkeypatch):
     assert matmul.unsupported_reason("gpu:0", "float16") is None  # no minimum for float16
     assert matmul.unsupported_reason("gpu:5", "bfloat16") is None  # unknown: let it try
     assert matmul.unsupported_reason("cpu", "bfloat16") is None
+
+
+@pytest.fixture
+def tiny_peak(monkeypatch):
+    """The peak probe at n = 64 on every device: real runs, quick enough for a unit test."""
+    monkeypatch.setitem(matmul.PEAK_SIZE, "cpu", 64)
+    monkeypatch.setitem(matmul.PEAK_SIZE, "gpu", 64)
+
+
+def test_peak_probe_record_is_the_fastest_of_its_repeats(tiny_peak):
+    record = matmul.peak("cpu", notebook="performanceTest", env="test")
+    results.validate(record)
+    assert record["status"] == "ok" and record["method"] == queries.PEAK_METHOD == "peak"
+    assert record["size"] == 64 and record["dtype"] == "float32" and record["env"] == "test"
+    assert record["repeats"] == matmul.PEAK_REPEATS and record["notebook"] == "performanceTest"
+    assert record["seconds"] == record["seconds_min"] <= record["seconds_max"]
+    assert record["gflops"] == pytest.approx(2 * 64**3 / record["seconds_min"] / 1e9)
+    assert record["first_seconds"] > 0 and isinstance(record["telemetry"], dict)
+    assert queries.peak_record([record], "test", "cpu", "float32") is record
+    assert matmul.describe(record) == (
+        f"peak probe n=64 cpu float32: {record['gflops']:.1f} GFLOP/s (fastest of 5)")
+
+
+def test_peak_probe_that_runs_out_of_memory_is_recorded(tiny_peak, monkeypatch):
+    monkeypatch.setattr(backends.current(), "is_oom", lambda exc: "OOM when" in str(exc))
+
+    def fake(device, size, dtype, repeats):
+        raise RuntimeError("OOM when allocating tensor")
+
+    monkeypatch.setattr(matmul, "_peak", fake)
+    record = matmul.peak("cpu", "bfloat16", notebook="performanceTest", env="test")
+    assert record["status"] == "oom" and record["method"] == "peak" and record["gflops"] is None
+    assert queries.peak_record([record], "test", "cpu", "bfloat16") is None
+    assert matmul.describe(record).startswith("peak probe n=64 cpu bfloat16: OOM: RuntimeError")
+
+
+def test_peaks_for_reuses_its_envs_peak_and_measures_a_missing_one(tiny_peak, tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    stored = store.append(results.make_record(
+        "matmul", notebook="performanceTest", env="a", device="cpu", size=2048, dtype="float32",
+        method="peak", seconds=0.5, seconds_min=0.5, repeats=5, gflops=123.0))
+    seen = []
+    found = matmul.peaks_for(["cpu"], ["float32", "bfloat16"], store=store, env="a",
+                             notebook="Speed_Factors", progress=seen.append)
+    assert found[0] == json.loads(json.dumps(stored)) and found[0]["gflops"] == 123.0
+    assert (found[1]["status"], found[1]["dtype"], found[1]["size"]) == ("ok", "bfloat16", 64)
+    assert found[1]["notebook"] == "Speed_Factors" and seen == found
+    assert store.read()[1:] == [json.loads(json.dumps(found[1]))]  # only the new one appended
+
+    again = matmul.peaks_for(["/cpu:0"], ["float32", "bfloat16"], store=store, env="a",
+                             notebook="Speed_Factors")
+    assert [r["gflops"] for r in again] == [r["gflops"] for r in found]
+    assert len(store.read()) == 2  # nothing measured twice
+
+    other = matmul.peaks_for(["cpu"], "float32", store=store, env="b", notebook="performanceTest")
+    assert other[0]["env"] == "b" and other[0]["size"] == 64  # env b measures its own
+    assert len(store.read()) == 3
+
+
+def test_peaks_for_without_a_store_measures_and_keeps_nothing(tiny_peak):
+    found = matmul.peaks_for(["cpu"], "float32", notebook="performanceTest", env="test")
+    assert [(r["method"], r["status"]) for r in found] == [("peak", "ok")]
+
+
+@pytest.mark.parametrize("devices_, dtypes, match", [
+    ([], "float32", "devices is empty"), (["cpu"], ["float32", "int8"], "'int8'"),
+    (["tpu"], "float32", "'tpu'")])
+def test_bad_input_to_peaks_for_is_named_and_nothing_is_written(tmp_path, devices_, dtypes, match):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match=match):
+        matmul.peaks_for(devices_, dtypes, store=store, notebook="performanceTest")
+    assert store.read() == []
+
+
+def test_the_sweep_refuses_the_peak_method(tmp_path):
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match="'peak' is the peak probe.*book, rigorous"):
+        matmul.sweep([32], ["cpu"], methods=["book", "peak"], store=store)
+    with pytest.raises(ValueError, match="'peak'"):
+        matmul.performance_test("cpu", 32, method="peak")
+    assert store.read() == [] and "peak" not in matmul.METHODS
+
+
+def test_the_chapters_functions_are_the_librarys():
+    """performanceTest and rigorous_test are the chapter's #@save cells, exported here."""
+    seconds = matmul.performanceTest("/cpu:0", 32, "float16")
+    assert seconds > 0
+    measured = matmul.rigorous_test("cpu", 32, repeats=3)
+    assert len(measured.times) == 3 and measured.first > 0
+    assert float(backends.keras().ops.sum(matmul.rigorous_product("cpu", 4)())) != 0

@@ -1,4 +1,4 @@
-"""The JAX backend: devices, placement, sync, OOM, build info, the GPU guard, the matmul.
+"""The JAX backend: devices, placement, sync, OOM, build info, the GPU guard, compiling.
 
 The same functions as `gpubench.backends.tensorflow` (its docstring lists them). JAX
 dispatches asynchronously, on the CPU too: `sync` blocks on the values a timed region
@@ -15,7 +15,6 @@ import functools
 import importlib.util
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -207,27 +206,6 @@ def tf32_enabled() -> bool:
     return precision in (None, "default", "tensorfloat32", "bfloat16_3x")
 
 
-def book_matmul(name: str, size: int, dtype: str) -> float:
-    """Seconds of one run including the set-up, as the chapter's performanceTest timed it:
-    random W and X made on the device, multiplied, summed, and the sum fetched."""
-    module = jax()
-    start = time.perf_counter()
-    with module.default_device(device(name)):
-        key_w, key_x = module.random.split(module.random.key(0))
-        w = module.random.normal(key_w, (size, size), dtype=dtype)
-        x = module.random.normal(key_x, (size, size), dtype=dtype)
-        total = module.numpy.sum(module.numpy.matmul(w, x))
-    float(total)  # fetching the sum waits for the device
-    return time.perf_counter() - start
-
-
-def rigorous_matmul(name: str, size: int, dtype: str) -> Callable[[], object]:
-    """A jitted product of two matrices already on `device`, to be timed by timing.measure."""
-    module = jax()
-    target = device(name)
-    key_w, key_x = module.random.split(module.random.key(1))
-    w = module.device_put(module.random.normal(key_w, (size, size), dtype=dtype), target)
-    x = module.device_put(module.random.normal(key_x, (size, size), dtype=dtype), target)
-    module.block_until_ready((w, x))
-    product = module.jit(module.numpy.matmul)
-    return lambda: product(w, x)
+def compiled(fn: Callable) -> Callable:
+    """`fn` compiled by XLA (`jax.jit`), for the rigorous matmul."""
+    return jax().jit(fn)

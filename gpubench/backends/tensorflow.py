@@ -1,10 +1,9 @@
-"""The TensorFlow backend: devices, placement, sync, OOM, build info, the GPU guard, the matmul.
+"""The TensorFlow backend: devices, placement, sync, OOM, build info, the GPU guard, compiling.
 
 Every backend module offers the same functions:
   load_keras(), version(), gpu_count(), gpu_name(i), compute_capability(i), is_cuda_build(),
   build_info(), jit_compile(xla), scope(device), sync(*values), is_oom(exc), diagnose(smi),
-  tf32_enabled(), book_matmul(device, size, dtype), rigorous_matmul(device, size, dtype),
-  tensorflow_importable().
+  tf32_enabled(), compiled(fn), tensorflow_importable().
 Device names given to them are gpubench's canonical ones: "cpu", "cpu:N" (a virtual CPU
 device), "gpu:N".
 """
@@ -16,7 +15,6 @@ import functools
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -195,31 +193,7 @@ def tf32_enabled() -> bool:
     return bool(tf().config.experimental.tensor_float_32_execution_enabled())
 
 
-def book_matmul(device: str, size: int, dtype: str) -> float:
-    """Seconds of one run including the set-up, as the chapter's performanceTest timed it:
-    random W and X made on the device, multiplied, summed, and the sum fetched."""
-    module = tf()
-    start = time.perf_counter()
-    with module.device(tf_name(device)):
-        w = module.random.normal([size, size], dtype=dtype)
-        x = module.random.normal([size, size], dtype=dtype)
-        total = module.reduce_sum(module.matmul(w, x))
-    total.numpy()  # fetching the sum waits for the device, like sess.run did
-    return time.perf_counter() - start
-
-
-def rigorous_matmul(device: str, size: int, dtype: str) -> Callable[[], object]:
-    """A compiled product of two matrices already on `device`, to be timed by timing.measure."""
-    module = tf()
-    with module.device(tf_name(device)):
-        w = module.random.normal([size, size], dtype=dtype)
-        x = module.random.normal([size, size], dtype=dtype)
-    sync()
-
-    @module.function(autograph=False, jit_compile=False)
-    def product():
-        with module.device(tf_name(device)):
-            return module.matmul(w, x)
-
-    return product
+def compiled(fn: Callable) -> Callable:
+    """`fn` compiled as a TensorFlow graph (`tf.function`, no XLA), for the rigorous matmul."""
+    return tf().function(fn, autograph=False, jit_compile=False)
 

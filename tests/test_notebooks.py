@@ -31,7 +31,7 @@ def test_stored_notebook_is_clean(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "gpubench-cpu"
-    assert set(nb.metadata) <= {"kernelspec", "language_info"}, "stray notebook metadata"
+    assert set(nb.metadata) <= {"kernelspec", "language_info", "gpubench"}, "stray metadata"
     assert nb.cells[0].cell_type == "markdown" and "How long it takes" in nb.cells[0].source
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code[0].metadata.get("tags") == ["parameters"], "first code cell must be `parameters`"
@@ -48,29 +48,52 @@ def test_stored_notebook_is_clean(name):
             shown = text + "".join(str(v) for v in out.get("data", {}).values())
             for machine_path in MACHINE_PATHS:
                 assert machine_path not in shown, f"{name}: a machine path in the outputs: {machine_path}"
-    executed = [c for c in code[1:] if c.execution_count is not None]
-    assert len(executed) == len(code) - 1, f"{name}: stored outputs are not from a complete run"
+    counts = [c.execution_count for c in code]
+    assert counts == list(range(1, len(code) + 1)), \
+        f"{name}: stored outputs are not one complete run numbered 1, 2, ...: {counts}"
 
 
-# The book's chapters store a full-profile run (the book's settings). Speed_Factors and
-# Multi_GPU_Scaling may store a quick one (their full profile is a 10- and 4-minute experiment per
-# env); their first lines say which profile ran. Keras_Cifar_CNN stores a quick run for now: the
-# session that rewrote its cells had the VM at a fifth of its speed (Mnist_CNN's 15 epochs took
-# 18 minutes instead of 2), too slow for CIFAR's 15 full epochs; a full run should replace it.
-STORED_PROFILES = {"Multi_GPU_Scaling": ("full", "quick"), "Keras_Cifar_CNN": ("full", "quick")}
+def _provenance(name: str) -> dict:
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).metadata.get("gpubench", {})
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n != "Compare_CPU_GPU"])
-def test_stored_outputs_come_from_a_real_run(name):
+def test_stored_outputs_come_from_one_full_run_whose_data_is_recorded(name):
+    """Every chapter stores the full profile (the book's settings), from the run the report
+    notebook shows; its metadata names the run, the CPU and the data, as its outputs do."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     profile = re.search(r"\| profile (\w+) \|", text)
     assert profile, f"{name}: the stored outputs do not say which profile ran"
-    assert profile[1] in STORED_PROFILES.get(name, ("full",)), f"{name}: stored a {profile[1]} run"
+    assert profile[1] == "full", f"{name}: stored a {profile[1]} run"
     assert "Machine:" in text and "TensorFlow 2.21" in text
+    meta = _provenance(name)
+    assert meta.get("profile") == "full" and meta.get("env") == "cpu", meta
+    assert meta["run"] == _provenance("Compare_CPU_GPU")["run"], "not the run the report shows"
+    assert meta["cpu"] and all(cpu in text for cpu in meta["cpu"])
     if name != "performanceTest":
         assert "Data: " in text, "the data-source line is missing"
-        assert f"epochs={params.DEFAULTS[profile[1]][name]['epochs']}" in text
+        assert f"epochs={params.DEFAULTS['full'][name]['epochs']}" in text
+        assert meta["data"], f"{name}: the data it trained on is not recorded"
+        for data in meta["data"]:
+            line = next(li for li in text.splitlines() if li.startswith("Data: "))
+            if data["source"] == "synthetic":
+                assert "SYNTHETIC DATA" in line, line
+            else:
+                assert line.startswith(f"Data: {data['dataset']} from "), line
+                assert ("checksums verified" in line) == bool(data["verified"]), line
+
+
+def test_the_report_notebook_shows_one_complete_run():
+    """Compare_CPU_GPU's stored report: the chapters' run, every job ok, nothing unfinished."""
+    nb = nbformat.read(NOTEBOOKS / "Compare_CPU_GPU.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) + "".join(map(str, o.get("data", {}).values()))
+                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    meta = _provenance("Compare_CPU_GPU")
+    assert meta.get("profile") == "full" and meta.get("run"), meta
+    assert f"Reporting on: {meta['run']}" in text
+    for bad in ("interrupted", "pending", "What went wrong", "Quick profile"):
+        assert bad not in text, f"the stored report shows {bad!r}"
 
 
 @pytest.mark.parametrize("name", ALL)

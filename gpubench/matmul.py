@@ -34,7 +34,7 @@ METHODS = ("book", "rigorous")  # the sweep's methods; the peak probe is `peak` 
 GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 # The peak probe's n per kind of device: large enough to keep the device busy, small enough
 # that the probe (a warm-up and PEAK_REPEATS products) takes a few seconds.
-PEAK_SIZE = {"gpu": 8192, "cpu": 2048}
+PEAK_SIZE = {"gpu": 8192, "cpu": 4096}
 PEAK_REPEATS = 5
 
 

@@ -33,8 +33,10 @@ METHODS = ("book", "rigorous")  # the sweep's methods; the peak probe is `peak` 
 # The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
 GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 # The peak probe's n per kind of device: large enough to keep the device busy, small enough
-# that the probe (a warm-up and PEAK_REPEATS products) takes a few seconds.
-PEAK_SIZE = {"gpu": 8192, "cpu": 4096}
+# that the probe (a warm-up and PEAK_REPEATS products) takes a few seconds. Not a power of two
+# on a CPU: rows 2^k bytes apart fall into the same cache sets, and TensorFlow's CPU matmul
+# ran at half speed at n=4096 (83 GFLOP/s) where n=4000 ran at 163 on the same 2-core EPYC.
+PEAK_SIZE = {"gpu": 8192, "cpu": 4000}
 PEAK_REPEATS = 5
 
 

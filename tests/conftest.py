@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,11 @@ def python_env(**extra: str) -> dict:
 PYTHON = sys.executable
 
 
+# The notebooks of the shared `gpubench run`: the runner's end-to-end check (a matmul chapter, a
+# training chapter, the report). Every chapter runs once in the nbval session below.
+QUICK_RUN_NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000")
+
+
 @pytest.fixture(scope="session")
 def _quick_run(tmp_path_factory, cpu_kernel):
     """One `gpubench run --profile quick --envs cpu`, shared by the tests that read its output."""
@@ -81,10 +87,69 @@ def _quick_run(tmp_path_factory, cpu_kernel):
 
     out = tmp_path_factory.mktemp("quick") / "run"
     proc = subprocess.run([PYTHON, "-m", "gpubench", "run", "--profile", "quick", "--envs", "cpu",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                           "--notebooks", ",".join(QUICK_RUN_NOTEBOOKS), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True,
                           timeout=1500, env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out, proc.stdout + proc.stderr
+
+
+SANITIZE = NOTEBOOKS / "nbval_sanitize.cfg"
+
+
+def run_nbval(folder: Path, *paths, run_dirs=None, keep: Path | None = None,
+              strict: bool = False):
+    """`pytest --nbval-lax` with the shipped sanitize rules, the quick profile and synthetic
+    data, as `make nbval` runs it, in `folder`; with `keep`, the notebooks as executed are
+    written there (tests/nbval_keep.py); with `strict`, `--nbval` (every output compared)."""
+    import subprocess
+
+    env = python_env(GPUBENCH_PROFILE="quick", GPUBENCH_DATA_SOURCE="synthetic",
+                     GPUBENCH_RESULTS_PATH=str(folder / "results.jsonl"),
+                     GPUBENCH_RUN_DIRS=str(run_dirs or ""), GPUBENCH_RUN_ID="nbval-run",
+                     GPUBENCH_NBVAL_KEEP=str(keep or ""), MPLBACKEND="Agg",
+                     PYTHONPATH=os.pathsep.join([str(REPO / "tests"),
+                                                 os.environ.get("PYTHONPATH", "")]).rstrip(":"))
+    return subprocess.run([PYTHON, "-m", "pytest", "--nbval" if strict else "--nbval-lax",
+                           "--nbval-sanitize-with",
+                           str(SANITIZE), "-p", "no:cacheprovider", "-p", "nbval_keep", "-q",
+                           *map(str, paths)],
+                          cwd=folder, capture_output=True, text=True, env=env, timeout=1800)
+
+
+@dataclass
+class NbvalRun:
+    """The session's one nbval pass over notebooks/: its process, records and executed copies."""
+    proc: object
+    folder: Path
+    records: list[dict]
+
+    def executed(self, name: str):
+        """Notebook `name` as nbval executed it (outputs of this run)."""
+        import nbformat
+
+        return nbformat.read(self.folder / "executed" / f"{name}.ipynb", as_version=4)
+
+    def text(self, name: str) -> str:
+        """Everything `name`'s code cells printed or displayed as text in this run."""
+        return "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                       + str(o.get("data", {}).get("text/plain", ""))
+                       for c in self.executed(name).cells if c.cell_type == "code"
+                       for o in c.outputs)
+
+
+@pytest.fixture(scope="session")
+def nbval_run(tmp_path_factory, cpu_kernel, _quick_run) -> NbvalRun:
+    """Every notebook executed once, by nbval (lax, quick profile, synthetic data), as `make
+    nbval` and `make test` run it; the chapters' tests read its records and outputs.
+    Compare_CPU_GPU reports on the shared quick run."""
+    from gpubench import results
+
+    folder = tmp_path_factory.mktemp("nbval")
+    proc = run_nbval(folder, NOTEBOOKS, run_dirs=_quick_run[0], keep=folder / "executed")
+    path = folder / "results.jsonl"
+    return NbvalRun(proc=proc, folder=folder,
+                    records=results.read_records(path) if path.exists() else [])
 
 
 @pytest.fixture

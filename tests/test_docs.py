@@ -147,10 +147,12 @@ def test_readme_keeps_the_gpu_facts():
         assert needle in readme, needle
 
 
-def test_strict_nbval_command_uses_the_shipped_sanitize_file():
-    (command,) = re.findall(r"^pytest --nbval .*$", _text(NOTEBOOKS_README), re.M)
+def test_strict_nbval_command_uses_the_shipped_sanitize_file_and_this_checkouts_kernels():
+    text = _text(NOTEBOOKS_README).replace("\\\n", " ")
+    (command,) = re.findall(r"^JUPYTER_PATH=\S+ .*pytest --nbval .*$", text, re.M)
     sanitize = re.search(r"--nbval-sanitize-with (\S+)", command).group(1)
     assert (REPO / sanitize).is_file()
+    assert "GPUBENCH_PROFILE=full" in command  # the profile the stored outputs come from
 
 
 def test_notebooks_readme_lists_every_chapter_in_order():

@@ -25,13 +25,17 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def clean(nb: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Outputs of `nb` on the cells of `source`: same cells, same ids, no papermill metadata."""
+    """Outputs of `nb` on the cells of `source`: the same code cells (else it refuses), the
+    source's prose, ids and cell metadata, no papermill metadata."""
     executed = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-    if [c.source for c in executed] != [c.source for c in source.cells]:
+    code = [(c.cell_type, c.source if c.cell_type == "code" else "") for c in executed]
+    if code != [(c.cell_type, c.source if c.cell_type == "code" else "") for c in source.cells]:
         raise SystemExit("the run's notebook differs from notebooks/: rerun it with this source")
     for cell, original in zip(executed, source.cells, strict=True):
         cell.id = original.id
         cell.metadata = original.metadata
+        if cell.cell_type == "markdown":  # prose edited since the run: it has no outputs
+            cell.source = original.source
         if cell.cell_type == "code" and cell.outputs and not cell.execution_count:
             raise SystemExit(f"cell {cell.id} has outputs but was not executed")
     nb.cells = executed

@@ -71,17 +71,15 @@ def test_bad_value_exits_2_naming_it(capsys, tmp_path, monkeypatch, item, words)
     assert not (tmp_path / "r").exists()
 
 
-def test_typo_exits_2_within_10_s_without_tensorflow():
+def test_typo_exits_2_without_loading_tensorflow():
     """`-p epoch=1` (for epochs): the whole CLI, a fresh process, no kernel, no TensorFlow."""
     code = ("import sys, runpy; sys.argv = ['gpubench', 'run', '--notebooks', "
             "'performanceTest,Mnist_CNN', '-p', 'epoch=1']\n"
             "try:\n    runpy.run_module('gpubench', run_name='__main__')\n"
             "except SystemExit as e:\n    print('TF' if 'tensorflow' in sys.modules else 'noTF');"
             " sys.exit(e.code)\n")
-    start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           timeout=60, env=python_env())
-    assert time.monotonic() - start < 10
     assert proc.returncode == 2 and "unknown parameter -p epoch" in proc.stderr
     assert "epochs" in proc.stderr and proc.stdout.strip() == "noTF"
 
@@ -233,9 +231,8 @@ def test_a_held_run_directory_is_refused_naming_the_pid(capsys, tmp_path):
                               cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        start = time.monotonic()
+        # refused, not queued: had it waited for the lock, it would run once the holder ends
         code, _, err = _main(capsys, "run", "--resume", str(run_dir))
-        assert time.monotonic() - start < 1
         assert code == 2 and f"in use by another gpubench run (PID {holder.pid})" in err
         code, _, err = _main(capsys, *QUICK, "--out", str(run_dir))
         assert code == 2 and "already holds a run" in err

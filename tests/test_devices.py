@@ -157,6 +157,7 @@ def _placed_on(value) -> str:
     return str(value.device)
 
 
+@pytest.mark.slow  # trains or starts a Python: in `make test`, not in `make check`
 def test_doctor_reports_the_build_and_the_check():
     out = subprocess.run([PYTHON, "-m", "gpubench", "doctor"], capture_output=True, text=True,
                          cwd=REPO, timeout=300)

@@ -201,6 +201,7 @@ def test_confusion_matrix_counts_pairs():
     assert matrix.tolist() == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
 
 
+@pytest.mark.slow  # trains or starts a Python: in `make test`, not in `make check`
 def test_mlp_learns_synthetic_data_in_the_quick_profile():
     """A broken pipeline (labels shuffled, inputs unscaled, wrong loss) would miss this."""
     quick = params.DEFAULTS["quick"]["Mnist_MLP_h1000"]
@@ -212,6 +213,7 @@ def test_mlp_learns_synthetic_data_in_the_quick_profile():
     assert run.test_accuracy >= 0.90
 
 
+@pytest.mark.slow  # trains or starts a Python: in `make test`, not in `make check`
 def test_mlp_learns_real_fashion_mnist_in_one_epoch():
     if not (FASHION_DIR / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"real Fashion-MNIST files absent from {FASHION_DIR}: "

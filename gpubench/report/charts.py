@@ -38,8 +38,9 @@ def new_axes(figsize: tuple[float, float] = (8, 5)):
 
 
 def size_axis(ax, **labels):
-    """Label a chart against matrix size, with grid and legend."""
+    """Label a chart against matrix size, with grid and legend (when a line has a label)."""
     ax.set(xlabel="matrix size n (n x n)", **labels)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    if ax.get_legend_handles_labels()[1]:  # an empty legend only warns on stderr
+        ax.legend(fontsize="small")
     return ax

@@ -21,6 +21,8 @@ from pathlib import Path
 import nbformat
 import papermill
 
+from gpubench import envs
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -68,6 +70,7 @@ def provenance(run_dir: Path, env: str, notebook: str | None) -> dict:
 
 def main() -> None:
     """Copy the run's executed notebooks into notebooks/ and refresh the report notebook."""
+    envs.use_checkout_kernels()  # this checkout's gpubench-cpu, not a --user one of another
     run_dir = Path(sys.argv[1]).resolve()
     env = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     for executed in sorted((run_dir / env).glob("*.ipynb")):

@@ -368,8 +368,12 @@ def test_resume_after_a_cut_off_line(tmp_path):
     proc = _run(["--resume", str(run_dir)], timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = (run_dir / "results.jsonl").read_text().splitlines()
-    assert lines[0] == cut and len(lines) == 5
-    assert [json.loads(line)["attempt"] for line in lines[1:]] == [1] * 4
+    assert lines[0] == cut
+    records = [json.loads(line) for line in lines[1:]]  # 2 sizes x 2 methods, and the peak
+    assert sorted((r["method"], r["size"]) for r in records if r["method"] != "peak") == [
+        ("book", 64), ("book", 128), ("rigorous", 64), ("rigorous", 128)]
+    assert [r["dtype"] for r in records if r["method"] == "peak"] == ["float32"]
+    assert [r["attempt"] for r in records] == [1] * 5
     report = subprocess.run([sys.executable, "-m", "gpubench", "report", str(run_dir)], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr

@@ -335,6 +335,7 @@ def _on_device_trainer():
     return trainer, split
 
 
+@pytest.mark.slow  # trains: in `make test`, not in `make check`
 def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer, split = _on_device_trainer()
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third

@@ -765,6 +765,7 @@ def _mutated(record: dict, path: str, value) -> dict:
     return record
 
 
+@pytest.mark.slow  # every field of every record kind, mutated: in `make test`, not `make check`
 def test_any_single_field_mutation_is_reported_or_skipped_with_a_warning_never_raised(tmp_path):
     import tempfile
     import warnings

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import papermill
 
-from gpubench import envs
+from gpubench import envs, results
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -54,12 +54,10 @@ def renumber(nb: nbformat.NotebookNode) -> None:
                 out.execution_count = count
 
 
-def provenance(run_dir: Path, env: str, notebook: str | None) -> dict:
+def provenance(run_dir: Path, records: list[dict], env: str, notebook: str | None) -> dict:
     """What the stored outputs come from: the run, env, profile, CPU and data of `notebook`'s
     records in the run (every notebook's when None)."""
     manifest = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    records = [json.loads(line) for line in
-               (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines() if line]
     mine = [r for r in records if r["env"] == env and notebook in (None, r["notebook"])]
     cpu = sorted({r["environment"].get("cpu_model") or "?" for r in mine})
     data = sorted({(r["dataset"], r["data_source"], r.get("data_verified"))
@@ -73,12 +71,13 @@ def main() -> None:
     envs.use_checkout_kernels()  # this checkout's gpubench-cpu, not a --user one of another
     run_dir = Path(sys.argv[1]).resolve()
     env = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    records = results.read_records(run_dir)  # gpubench's reader: a bad line is skipped, named
     for executed in sorted((run_dir / env).glob("*.ipynb")):
         target = NOTEBOOKS / executed.name
         source = nbformat.read(target, as_version=4)
         nb = clean(nbformat.read(executed, as_version=4), source)
         renumber(nb)
-        nb.metadata["gpubench"] = provenance(run_dir, env, executed.stem)
+        nb.metadata["gpubench"] = provenance(run_dir, records, env, executed.stem)
         nbformat.write(nb, target)
         print(f"stored {executed} -> {target}")
     report = NOTEBOOKS / "Compare_CPU_GPU.ipynb"
@@ -87,7 +86,7 @@ def main() -> None:
                                cwd=str(NOTEBOOKS), progress_bar=False)
     nb = clean(nbformat.read(tmp, as_version=4), nbformat.read(report, as_version=4))
     renumber(nb)
-    nb.metadata["gpubench"] = provenance(run_dir, env, None)
+    nb.metadata["gpubench"] = provenance(run_dir, records, env, None)
     nbformat.write(nb, report)
     print(f"stored {tmp} -> {report}")
 

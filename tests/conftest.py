@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from gpubench import envs
+from gpubench import envs, params
 
 envs.use_checkout_kernels()  # as `make test` does: this checkout's kernels first
 
@@ -20,6 +20,20 @@ pytest_plugins = ("jax_env",)  # the JAX env built from wheels, and its quick ru
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+# `make test` runs the suite in two pytest-xdist workers, a test file each at a time (--dist
+# loadfile): the tests that share a session run (the nbval pass, the runner's quick run, the JAX
+# env) each live in one file, so no run is made twice. The files that take longest go first, so
+# the two workers end at about the same time; the rest keep their order.
+LONGEST_FIRST = ("test_runner.py", "test_jax_env.py", "test_notebooks.py", "test_scaling.py",
+                 "test_runner_crashes.py", "test_factors.py")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Put the test files of LONGEST_FIRST first, in that order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture
@@ -139,14 +153,15 @@ class NbvalRun:
 
 
 @pytest.fixture(scope="session")
-def nbval_run(tmp_path_factory, cpu_kernel, _quick_run) -> NbvalRun:
-    """Every notebook executed once, by nbval (lax, quick profile, synthetic data), as `make
-    nbval` and `make test` run it; the chapters' tests read its records and outputs.
-    Compare_CPU_GPU reports on the shared quick run."""
+def nbval_run(tmp_path_factory, cpu_kernel) -> NbvalRun:
+    """Every notebook executed once, by nbval (lax, quick profile, synthetic data) in the
+    reading order, Compare_CPU_GPU last, reporting on the records the chapters before it
+    wrote; the chapters' tests read its records and outputs."""
     from gpubench import results
 
     folder = tmp_path_factory.mktemp("nbval")
-    proc = run_nbval(folder, NOTEBOOKS, run_dirs=_quick_run[0], keep=folder / "executed")
+    order = [NOTEBOOKS / f"{name}.ipynb" for name in (*params.NOTEBOOKS, "Compare_CPU_GPU")]
+    proc = run_nbval(folder, *order, run_dirs=folder, keep=folder / "executed")
     path = folder / "results.jsonl"
     return NbvalRun(proc=proc, folder=folder,
                     records=results.read_records(path) if path.exists() else [])

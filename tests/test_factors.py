@@ -300,27 +300,6 @@ def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
             assert 0 <= r["test_accuracy"] <= 1
 
 
-@pytest.mark.slow
-def test_speed_factors_notebook_quick_covers_every_factor(nbval_run):
-    """The chapter as the session's nbval pass ran it: quick profile, synthetic data."""
-    records = [r for r in nbval_run.records if r["notebook"] == "Speed_Factors"]
-    train = [r for r in records if r["benchmark"] == "train"]
-    assert {r["factor"] for r in train} == set(factors.FACTOR_NAMES)
-    assert [(r["factor"], r["error"]) for r in train if r["status"] != "ok"] == []
-    # The matmul peak probe, once per env and compute dtype of the quick profile's precisions,
-    # is the reference of every "% of matmul": a peak another chapter of the same run already
-    # measured (performanceTest's float32) is reused, not measured again.
-    peaks = [r for r in nbval_run.records if r["benchmark"] == "matmul" and r["method"] == "peak"]
-    assert sorted((r["device"], r["dtype"]) for r in peaks) == [
-        ("cpu", "bfloat16"), ("cpu", "float32")]
-    assert {r["notebook"] for r in records if r["benchmark"] == "matmul"} <= {"Speed_Factors"}
-    float32 = [r for r in train if r["precision"] == "float32"]
-    assert all(factors.percent_of_matmul_peak(r, peaks) is not None for r in float32)
-    text = nbval_run.text("Speed_Factors")
-    assert "x vs baseline" in text and "No GPU in this environment" in text
-    assert "**cpu**:" in text  # the findings, written from the numbers
-
-
 def _on_device_trainer():
     """(A built on_device trainer, steps/exec 4, batch 100 on 605 images: 6 full batches;
     its split)."""

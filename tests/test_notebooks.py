@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, REPO, run_nbval
-from gpubench import notebook, params, results
+from gpubench import factors, notebook, params, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 MACHINE_PATHS = {str(REPO), tempfile.gettempdir() + os.sep, *([str(Path.home())] if len(Path.home().parts) > 1 else [])}
@@ -209,7 +209,7 @@ def test_performance_test_notebook_records_every_measurement(nbval_run):
     assert sorted((r["size"], r["device"], r["method"]) for r in sweep) == sorted(
         (s, d, m) for s in sizes for d in devices_seen for m in ("book", "rigorous"))
     # The % of peak reference: one peak probe per env, device and dtype in the run, measured by
-    # whichever chapter ran first (nbval runs Speed_Factors before performanceTest) and reused.
+    # whichever chapter ran first (nbval runs them in the reading order) and reused.
     peaks = {(r["device"], r["dtype"]): r for r in nbval_run.records if r.get("method") == "peak"}
     assert {(d, "float32") for d in devices_seen} <= set(peaks)
     from gpubench import matmul
@@ -243,6 +243,27 @@ def test_training_notebook_writes_its_train_record(nbval_run, name):
     assert str(nbval_run.folder) not in text  # the Results line shows no machine path
     if record["test_accuracy"] < 0.2:  # below twice chance: the chapter must say so
         assert "quick-profile accuracy is not meaningful" in text
+
+
+@pytest.mark.slow
+def test_speed_factors_notebook_quick_covers_every_factor(nbval_run):
+    """Speed_Factors as the session's nbval pass ran it: quick profile, synthetic data."""
+    records = [r for r in nbval_run.records if r["notebook"] == "Speed_Factors"]
+    train = [r for r in records if r["benchmark"] == "train"]
+    assert {r["factor"] for r in train} == set(factors.FACTOR_NAMES)
+    assert [(r["factor"], r["error"]) for r in train if r["status"] != "ok"] == []
+    # The matmul peak probe, once per env and compute dtype of the quick profile's precisions,
+    # is the reference of every "% of matmul": a peak another chapter of the same run already
+    # measured (performanceTest's float32, which runs first) is reused, not measured again.
+    peaks = [r for r in nbval_run.records if r["benchmark"] == "matmul" and r["method"] == "peak"]
+    assert sorted((r["device"], r["dtype"]) for r in peaks) == [
+        ("cpu", "bfloat16"), ("cpu", "float32")]
+    assert {r["notebook"] for r in records if r["benchmark"] == "matmul"} <= {"Speed_Factors"}
+    float32 = [r for r in train if r["precision"] == "float32"]
+    assert all(factors.percent_of_matmul_peak(r, peaks) is not None for r in float32)
+    text = nbval_run.text("Speed_Factors")
+    assert "x vs baseline" in text and "No GPU in this environment" in text
+    assert "**cpu**:" in text  # the findings, written from the numbers
 
 
 @pytest.mark.slow

@@ -2,9 +2,9 @@
 #   make run    [PROFILE=full|quick] [ENVS=cpu,gpu,jax-cpu,jax-gpu] [GPU=1]
 #                                        set up what is missing, run everything, write the report
 #   make quick                           the same with the quick profile
-#   make test                            set up the TensorFlow and JAX CPU envs, then lint and
+#   make test   [JOBS=2]                 set up the TensorFlow and JAX CPU envs, then lint and
 #                                        the whole test suite
-#   make check                           the fast unit tests (no notebook runs, no training)
+#   make check  [JOBS=2]                 the fast unit tests (no notebook runs, no training)
 #   make lint                            ruff, as configured in pyproject.toml
 #   make nbval                           the stored notebooks checked by nbval (lax, quick profile)
 #   make setup  [GPU=1] [BACKENDS=tensorflow,jax]
@@ -20,6 +20,10 @@ GPU ?=
 # Keras backends to set up envs for: tensorflow (the book's), jax, or both.
 BACKENDS ?= tensorflow
 PYTEST_ARGS ?=
+# pytest-xdist workers of make test and make check: one per core of the 2-core machines they
+# are sized for. In make test each takes a test file at a time, in the order tests/conftest.py
+# gives (the longest first), not xdist's own (the most tests first).
+JOBS ?= 2
 ARGS ?=
 
 comma := ,
@@ -51,12 +55,12 @@ quick:
 test: BACKENDS = tensorflow,jax
 test: setup
 	$(DRIVER) -m ruff check .
-	$(DRIVER) -m pytest -m "not jax" $(PYTEST_ARGS)
+	$(DRIVER) -m pytest -m "not jax" -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 \
 	  $(JAX_DRIVER) -m pytest -m jax $(PYTEST_ARGS)
 
 check: setup
-	$(DRIVER) -m pytest -m "not slow and not jax" $(PYTEST_ARGS)
+	$(DRIVER) -m pytest -m "not slow and not jax" -n $(JOBS) $(PYTEST_ARGS)
 
 lint: setup
 	$(DRIVER) -m ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tomllib
@@ -205,9 +206,15 @@ def test_setup_needs_only_the_standard_library():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+_MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ARGS", "PROFILE", "ENVS", "GPU",
+                   "BACKENDS", "ARGS", "PYTHON", "JOBS")
+
+
 def _make_n(*args: str) -> list[str]:
-    """The commands `make -n ARGS` would run."""
-    proc = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO,
+    """The commands `make -n ARGS` would run, as from a plain shell: without the variables of a
+    `make test PYTEST_ARGS=...` that runs this test (make passes them down in MAKEFLAGS)."""
+    env = {k: v for k, v in os.environ.items() if k not in _MAKE_VARIABLES}
+    proc = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.replace("\\\n", " ").splitlines()
@@ -231,13 +238,14 @@ def test_make_test_sets_up_both_cpu_envs_then_lints_and_tests():
     assert setup.endswith("-m gpubench setup --backends tensorflow,jax")
     assert lint.endswith("-m ruff check .")
     assert '-m pytest -m "not jax"' in tf_line and "slow" not in tf_line  # all but the JAX ones
+    assert "-n 2 --dist loadfile" in tf_line  # two workers, a test file each at a time
     assert jax_line.startswith("KERAS_BACKEND=jax ") and "-m pytest -m jax" in jax_line
     assert ".venv-jax" in jax_line or "gpubench-jax-cpu" in jax_line  # in the JAX env
 
 
 def test_make_check_lint_and_nbval():
     check = _make_n("check")[-1]
-    assert '-m pytest -m "not slow and not jax"' in check
+    assert '-m pytest -m "not slow and not jax" -n 2' in check
     assert _make_n("lint")[-1].endswith("-m ruff check .")
     nbval = _make_n("nbval")[-1]
     assert nbval.startswith("GPUBENCH_PROFILE=quick ") and "--nbval-lax" in nbval
@@ -250,3 +258,21 @@ def test_setup_cli_takes_the_makefiles_backends():
     out = subprocess.run([PYTHON, "-m", "gpubench", "setup", "--help"], capture_output=True,
                          text=True, cwd=REPO)
     assert out.returncode == 0 and "--backends" in out.stdout
+
+
+def test_each_shared_run_is_read_from_one_test_file():
+    """make test's workers take a test file at a time (--dist loadfile): a session run that
+    tests of two files read would be made in both workers."""
+    import ast
+
+    shared = {"nbval_run": "nbval", "quick_run": "quick", "quick_run_output": "quick",
+              "jax_env": "jax", "jax_run": "jax"}
+    files: dict[str, set[str]] = {}
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                for arg in node.args.args:
+                    if arg.arg in shared:
+                        files.setdefault(shared[arg.arg], set()).add(path.name)
+    assert files == {"nbval": {"test_notebooks.py"}, "quick": {"test_runner.py"},
+                     "jax": {"test_jax_env.py"}}

@@ -10,6 +10,7 @@ import tomllib
 import pytest
 
 from conftest import PYTHON, REPO
+from gpubench import params
 
 ENV_EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # env -> extra
 YML_FILES = [f"environment-{env}.yml" for env in ENV_EXTRAS]
@@ -250,7 +251,11 @@ def test_make_check_lint_and_nbval():
     nbval = _make_n("nbval")[-1]
     assert nbval.startswith("GPUBENCH_PROFILE=quick ") and "--nbval-lax" in nbval
     sanitize = re.search(r"--nbval-sanitize-with (\S+)", nbval).group(1)
-    assert (REPO / sanitize).is_file() and nbval.rstrip().endswith("notebooks/")
+    assert (REPO / sanitize).is_file()
+    # the reading order, the report last and on this pass's records (a fresh clone has no run)
+    assert re.findall(r"notebooks/(\w+)\.ipynb", nbval) == [*params.NOTEBOOKS, "Compare_CPU_GPU"]
+    out = re.search(r'GPUBENCH_RUN_DIRS="([^"]+)"', nbval).group(1)
+    assert f'GPUBENCH_RESULTS_PATH="{out}/results.jsonl"' in nbval and out == f"{REPO}/.nbval"
 
 
 def test_setup_cli_takes_the_makefiles_backends():

@@ -19,7 +19,8 @@ def run_gpubench(args, env=None, timeout=1200):
 
 
 def kernel_like(cpu_kernel: str, name: str, tmp_path, monkeypatch, **extra) -> None:
-    """Register kernel `name` on a temporary JUPYTER_PATH, running the gpubench-cpu kernel's Python."""
+    """Register kernel `name` on a temporary JUPYTER_PATH, running the gpubench-cpu kernel's
+    Python."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec(cpu_kernel)

@@ -69,7 +69,7 @@ def test_quick_run_progress_lines_estimate_what_is_left(quick_run_output):
 def variant_kernel(tmp_path, monkeypatch, cpu_kernel):
     """A second CPU env: the gpubench-cpu kernel with oneDNN turned off, on JUPYTER_PATH."""
     kernel_like(cpu_kernel, "gpubench-cpu-noonednn", tmp_path, monkeypatch,
-                 display_name="gpubench-cpu without oneDNN", env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+                display_name="gpubench-cpu without oneDNN", env={"TF_ENABLE_ONEDNN_OPTS": "0"})
     return "cpu-noonednn"
 
 
@@ -96,8 +96,8 @@ def test_a_failing_notebook_leaves_the_others_done(tmp_path):
     training notebook in the kernel; the matmul notebook is done and reported."""
     out = tmp_path / "run"
     proc = run_gpubench(["--profile", "quick", "--envs", "cpu", "--notebooks",
-                 "performanceTest,Mnist_MLP_h1000", "-p", "performanceTest:sizes=[64,128]",
-                 "--out", str(out)], env=python_env(GPUBENCH_DATA_SOURCE="nowhere"))
+                         "performanceTest,Mnist_MLP_h1000", "-p", "performanceTest:sizes=[64,128]",
+                         "--out", str(out)], env=python_env(GPUBENCH_DATA_SOURCE="nowhere"))
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "failed" in proc.stdout and "1 ok, 1 failed" in proc.stdout
     assert "nowhere" in proc.stdout
@@ -189,7 +189,7 @@ def test_gpu_env_whose_tensorflow_sees_no_gpu_exits_2_up_front(tmp_path, monkeyp
     """A gpubench-gpu kernel running a CPU-only TensorFlow is never timed on the CPU: its own
     Python's diagnosis (`gpubench doctor --json` there), exit 2, no run directory."""
     kernel_like(cpu_kernel, "gpubench-gpu", tmp_path, monkeypatch,
-                 display_name="gpubench-gpu (CPU-only TF)", env={"PYTHONPATH": str(REPO)})
+                display_name="gpubench-gpu (CPU-only TF)", env={"PYTHONPATH": str(REPO)})
     out = tmp_path / "r"
     proc = run_gpubench(["--profile", "quick", "--envs", "gpu", "--out", str(out)], timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -100,9 +100,10 @@ def test_here_runs_in_this_python_without_an_env(tmp_path):
     """`gpubench run --here` in a Python not registered as any kernel's: the kernel spec is made
     on the fly, the label comes from the probe, and run.json says how the env was reached."""
     out = tmp_path / "r"
+    env = python_env(GPUBENCH_DATA_SOURCE="synthetic", KERAS_BACKEND="tensorflow")
     proc = run_gpubench(["--here", "--profile", "quick", "--notebooks", "performanceTest",
-                 "-p", "sizes=[64]", "-p", "repeats=1", "--out", str(out)], timeout=600,
-                env=python_env(GPUBENCH_DATA_SOURCE="synthetic", KERAS_BACKEND="tensorflow"))
+                         "-p", "sizes=[64]", "-p", "repeats=1", "--out", str(out)],
+                        env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = json.loads((out / "run.json").read_text())
     assert list(manifest["envs"]) == ["cpu"]
@@ -170,10 +171,11 @@ def test_a_full_disk_in_the_kernel_fails_the_job_naming_the_path(tmp_path, monke
         "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
         "    return _write(fd, data)\nos.write = write\n")
     kernel_like(cpu_kernel, "gpubench-cpu-diskfull", tmp_path, monkeypatch,
-                 env={"PYTHONPATH": str(site)})
+                env={"PYTHONPATH": str(site)})
     out = tmp_path / "r"
-    proc = run_gpubench(["--profile", "quick", "--envs", "cpu-diskfull", "--notebooks", "performanceTest",
-                 "-p", "sizes=[64]", "-p", "repeats=1", "--out", str(out)], timeout=600)
+    proc = run_gpubench(["--profile", "quick", "--envs", "cpu-diskfull", "--notebooks",
+                         "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
+                         "--out", str(out)], timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = json.loads((out / "run.json").read_text())["jobs"][0]
     assert job["status"] == "failed" and "disk is full" in job["error"]

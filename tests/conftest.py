@@ -20,6 +20,8 @@ pytest_plugins = ("jax_env",)  # the JAX env built from wheels, and its quick ru
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+# The notebooks in the reading order (notebooks/README.md): the chapters, then the report.
+READING_ORDER = (*params.NOTEBOOKS, "Compare_CPU_GPU")
 
 
 # `make test` runs the suite in two pytest-xdist workers, a test file each at a time (--dist
@@ -160,7 +162,7 @@ def nbval_run(tmp_path_factory, cpu_kernel) -> NbvalRun:
     from gpubench import results
 
     folder = tmp_path_factory.mktemp("nbval")
-    order = [NOTEBOOKS / f"{name}.ipynb" for name in (*params.NOTEBOOKS, "Compare_CPU_GPU")]
+    order = [NOTEBOOKS / f"{name}.ipynb" for name in READING_ORDER]
     proc = run_nbval(folder, *order, run_dirs=folder, keep=folder / "executed")
     path = folder / "results.jsonl"
     return NbvalRun(proc=proc, folder=folder,

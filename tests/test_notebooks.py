@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import NOTEBOOKS, REPO, run_nbval
+from conftest import NOTEBOOKS, READING_ORDER, REPO, run_nbval
 from gpubench import factors, notebook, params, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
@@ -23,7 +23,7 @@ NOISE = re.compile(r"^[IWE]\d{4} |oneDNN custom operations|absl::InitializeLog|c
 
 
 def test_every_notebook_is_there():
-    assert ALL == sorted([*params.NOTEBOOKS, "Compare_CPU_GPU"])
+    assert ALL == sorted(READING_ORDER)
 
 
 @pytest.mark.parametrize("name", ALL)

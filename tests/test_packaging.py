@@ -9,8 +9,7 @@ import tomllib
 
 import pytest
 
-from conftest import PYTHON, REPO
-from gpubench import params
+from conftest import PYTHON, READING_ORDER, REPO
 
 ENV_EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # env -> extra
 YML_FILES = [f"environment-{env}.yml" for env in ENV_EXTRAS]
@@ -253,7 +252,7 @@ def test_make_check_lint_and_nbval():
     sanitize = re.search(r"--nbval-sanitize-with (\S+)", nbval).group(1)
     assert (REPO / sanitize).is_file()
     # the reading order, the report last and on this pass's records (a fresh clone has no run)
-    assert re.findall(r"notebooks/(\w+)\.ipynb", nbval) == [*params.NOTEBOOKS, "Compare_CPU_GPU"]
+    assert tuple(re.findall(r"notebooks/(\w+)\.ipynb", nbval)) == READING_ORDER
     out = re.search(r'GPUBENCH_RUN_DIRS="([^"]+)"', nbval).group(1)
     assert f'GPUBENCH_RESULTS_PATH="{out}/results.jsonl"' in nbval and out == f"{REPO}/.nbval"
 

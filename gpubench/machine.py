@@ -94,6 +94,13 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+def checkout() -> Path | None:
+    """The gpubench checkout this package runs from (pyproject.toml beside gpubench/), or None
+    where it is installed from a wheel."""
+    root = project_root()
+    return root if (root / "pyproject.toml").is_file() else None
+
+
 def git_commit() -> str | None:
     """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
     here = str(Path(__file__).resolve().parent)

@@ -13,7 +13,13 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpubench import __version__, devices, params, results  # devices: no backend loaded yet
+from gpubench import (  # devices: no backend loaded yet
+    __version__,
+    devices,
+    machine,
+    params,
+    results,
+)
 from gpubench.params import ParameterError
 from gpubench.records import BACKEND_TITLES
 
@@ -123,12 +129,11 @@ def describe_environment(env: dict) -> str:
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """`path` relative to the project when inside it, else its folder and name: no machine paths."""
+    """`path` as a reader can open it: relative to the checkout inside one (no machine paths in
+    the stored outputs), else absolute (the kernel's folder is not the user's)."""
     path = Path(path).resolve()
-    try:
-        return str(path.relative_to(results.runs_dir().parent))
-    except ValueError:
-        return str(Path(path.parent.name) / path.name)
+    root = machine.checkout()
+    return str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
 
 
 def describe(config: Config) -> str:

@@ -315,8 +315,9 @@ def _snapshot() -> dict:
 
 
 def runs_dir() -> Path:
-    """Where run directories go by default: runs/ of the project."""
-    return machine.project_root() / "runs"
+    """Where run directories go by default: runs/ of the checkout, else runs/ in the current
+    folder (an installed wheel: never inside the package)."""
+    return (machine.checkout() or Path.cwd()) / "runs"
 
 
 def default_results_path() -> Path:

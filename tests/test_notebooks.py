@@ -193,8 +193,11 @@ def test_quick_profile_replaces_the_book_values_and_says_so():
     assert full["epochs"] == book["epochs"] and changed == {}
 
 
-def test_results_line_shows_no_machine_path(tmp_path):
-    assert notebook.shown_path(tmp_path / "run" / "results.jsonl") == "run/results.jsonl"
+def test_results_line_is_relative_in_the_checkout_and_absolute_outside(tmp_path):
+    """In the checkout no machine path reaches a stored output; outside it, the kernel's folder
+    is not the user's, so only an absolute path can be opened."""
+    outside = tmp_path / "run" / "results.jsonl"
+    assert notebook.shown_path(outside) == str(outside.resolve())
     assert notebook.shown_path(REPO / "runs" / "interactive" / "results.jsonl") == \
         "runs/interactive/results.jsonl"
 

@@ -7,6 +7,7 @@ others run in the TensorFlow env.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 from pathlib import Path
 
@@ -150,3 +151,81 @@ def test_jax_oom_is_recognised():
     assert backends.is_oom(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8GB"))
     assert not backends.is_oom(XlaRuntimeError("INVALID_ARGUMENT: shapes"))
     assert backends.failure(MemoryError())[0] == "oom"
+
+
+def _gpubench(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m gpubench ARGS` in this env, run from `cwd` with `env` added."""
+    return subprocess.run([PYTHON, "-m", "gpubench", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300, env=python_env(PYTHONPATH=str(REPO), **env))
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("flags", [["--gpu"], ["--gpu", "--json"]])
+def test_jax_platforms_cuda_on_a_cpu_only_jaxlib_is_one_line_for_doctor(tmp_path, flags):
+    done = _gpubench("doctor", *flags, cwd=tmp_path, KERAS_BACKEND="jax", JAX_PLATFORMS="cuda")
+    assert done.returncode == 1 and done.stdout == "", done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "JAX_PLATFORMS='cuda' but this jaxlib" in done.stderr and "no CUDA plugin" in done.stderr
+    assert "set JAX_PLATFORMS=cpu or unset it" in done.stderr and "jax[cuda12]" in done.stderr
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("where", [["--here"], ["--envs", "jax-cpu"]])
+def test_jax_platforms_cuda_on_a_cpu_only_jaxlib_stops_a_run_before_any_kernel(tmp_path, where):
+    """Exit 2 naming JAX_PLATFORMS, and no run directory: the probe of the env says why."""
+    kernel = tmp_path / "jupyter" / "kernels" / "gpubench-jax-cpu"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.json").write_text(json.dumps({
+        "argv": [PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "jax", "language": "python",
+        "env": {"KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}}))
+    out = tmp_path / "r"
+    done = _gpubench("run", *where, "--profile", "quick", "--notebooks", "performanceTest",
+                     "--out", str(out), cwd=tmp_path, KERAS_BACKEND="jax", JAX_PLATFORMS="cuda",
+                     JUPYTER_PATH=str(tmp_path / "jupyter"))
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "JAX_PLATFORMS='cuda'" in done.stderr
+    assert "set JAX_PLATFORMS=cpu or unset it" in done.stderr and not out.exists()
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("platforms, error", [("cuda", "GPUNotAvailableError"),
+                                              ("tpu", "PlatformError")])
+def test_a_jax_platform_that_cannot_start_is_named_in_the_notebooks_too(platforms, error):
+    code = ("import gpubench as gb\ntry:\n    gb.devices.list_devices()\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)")
+    done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, env=python_env(KERAS_BACKEND="jax",
+                                                      JAX_PLATFORMS=platforms))
+    assert done.stdout.startswith(f"{error} ") and f"JAX_PLATFORMS='{platforms}'" in done.stdout
+
+
+def test_tensorflow_gpus_that_cannot_be_listed_are_none_seen_with_its_words(fake_command,
+                                                                           monkeypatch):
+    """Whatever TensorFlow raises listing its GPUs, the guard answers, with TensorFlow's words."""
+    backend = backends.current()
+    tf = backend.tf()
+
+    def broken(kind=None):
+        raise tf.errors.InternalError(None, None, "cuInit failed: CUDA_ERROR_NO_DEVICE")
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", broken)
+    monkeypatch.setattr(backend, "is_cuda_build", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_command("nvidia-smi", H200)
+    assert devices.list_devices() == ["cpu"]
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.resolve("gpu")
+    assert "TensorFlow said: InternalError: cuInit failed: CUDA_ERROR_NO_DEVICE" in str(info.value)
+
+
+def test_cuda_visible_devices_minus_one_with_a_gpu_asked_is_the_guard(tmp_path):
+    """TensorFlow's equivalent of JAX_PLATFORMS=cuda without a GPU: exit 1, no traceback."""
+    done = _gpubench("doctor", "--gpu", cwd=tmp_path, CUDA_VISIBLE_DEVICES="-1")
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+    assert "GPU check: no usable GPU" in done.stdout and "Fix:" in done.stdout
+    code = "import gpubench as gb\ngb.devices.resolve('gpu')"
+    done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, env=python_env(CUDA_VISIBLE_DEVICES="-1"))
+    assert done.returncode == 1 and "GPUNotAvailableError: device 'gpu' asked for a GPU" in (
+        done.stderr)

@@ -37,6 +37,10 @@ class GPUNotAvailableError(RuntimeError):
     """A GPU was asked for and the backend cannot see one; the message says why."""
 
 
+class PlatformError(RuntimeError):
+    """The backend cannot start a platform it was told to use (e.g. JAX_PLATFORMS=tpu)."""
+
+
 def prepare_environment() -> None:
     """Set, before any framework loads, what must hold in every env (a user's own setting wins):
     TensorFlow's C++ info logs off, and JAX's grab of 75 % of GPU memory off (it allocates as

@@ -18,6 +18,8 @@ import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench.backends import GPUNotAvailableError, PlatformError
+
 NAME = "jax"
 TITLE = "JAX"
 # The CUDA plugins of jax[cuda12] / jax[cuda13]: their presence makes a CUDA build.
@@ -36,13 +38,45 @@ class _FallbackWatch(logging.Handler):
 
 
 @functools.cache
-def jax() -> ModuleType:
-    """The `jax` module, with its backend-initialisation warnings captured for the diagnosis."""
+def _module() -> ModuleType:
+    """The `jax` module, imported with its backend-initialisation warnings captured."""
     logging.getLogger("jax._src.xla_bridge").addHandler(_FallbackWatch())
     import jax as module  # noqa: PLC0415 - loaded on first use only
 
-    module.devices()  # initialise the backends now, so a fallback warning is seen here
     return module
+
+
+@functools.cache
+def jax() -> ModuleType:
+    """The `jax` module with its platforms started (so a fallback warning is seen here);
+    GPUNotAvailableError or PlatformError, in one line naming JAX_PLATFORMS, if one cannot start."""
+    module = _module()
+    try:
+        module.devices()
+    except Exception as exc:  # RuntimeError, or AssertionError for a platform with no plugin
+        raise start_failure(exc) from exc
+    return module
+
+
+def start_failure(exc: BaseException) -> RuntimeError:
+    """The error for JAX failing to start its platforms with `exc`: what JAX_PLATFORMS asked
+    for, why it cannot be, and the fix, in one line."""
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    said = f" (JAX said: {said})" if said else ""
+    named = f"JAX_PLATFORMS={platforms!r}"
+    if not {p.strip() for p in platforms.lower().split(",")} & {"cuda", "gpu", "rocm"}:
+        return PlatformError(f"JAX {version()} cannot start {named if platforms else 'a platform'}"
+                             f"{said}; set JAX_PLATFORMS=cpu or unset it")
+    if not is_cuda_build():
+        return GPUNotAvailableError(
+            f"{named} but this jaxlib {version()} has no CUDA plugin, so JAX cannot start at all"
+            f"{said}; set JAX_PLATFORMS=cpu or unset it, or install jax[cuda12] "
+            "(`pip install \"jax[cuda12]\"`) for the GPU")
+    return GPUNotAvailableError(
+        f"{named} but JAX {version()} cannot start the GPU{said}; unset JAX_PLATFORMS (or set it "
+        "to cpu) to run on the CPU, or run `gpubench doctor --gpu` without JAX_PLATFORMS for "
+        "why it sees no GPU")
 
 
 def load_keras() -> ModuleType:
@@ -54,8 +88,8 @@ def load_keras() -> ModuleType:
 
 
 def version() -> str:
-    """JAX's version."""
-    return jax().__version__
+    """JAX's version (starts no platform)."""
+    return _module().__version__
 
 
 def tensorflow_importable() -> bool:
@@ -64,10 +98,11 @@ def tensorflow_importable() -> bool:
 
 
 def _gpus() -> list:
+    module = jax()  # its own failure (no platform starts at all) is not "no GPU"
     try:
-        return jax().devices("gpu")
-    except RuntimeError:  # no GPU platform: CPU-only jaxlib, JAX_PLATFORMS=cpu, or no driver
-        return []
+        return module.devices("gpu")
+    except Exception:  # noqa: BLE001 - no GPU platform: CPU-only jaxlib, JAX_PLATFORMS=cpu,
+        return []  # or no driver; RuntimeError today, whatever a later JAX raises for it
 
 
 def gpu_count() -> int:

@@ -23,6 +23,7 @@ TITLE = "TensorFlow"
 # Keras's jit_compile for gpubench's `xla`; "off" by default: Keras's "auto" turns XLA on only
 # where TensorFlow sees a GPU, so the CPU env and the GPU env would train in different modes.
 JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
+_failure: list[str] = []  # why TensorFlow could not list its GPUs, kept for the diagnosis
 
 
 @functools.cache
@@ -57,7 +58,7 @@ def tf() -> ModuleType:
 
 def _enable_memory_growth(module: ModuleType) -> None:
     """Let TensorFlow grow GPU memory as needed (before the GPUs initialise)."""
-    for gpu in module.config.list_physical_devices("GPU"):
+    for gpu in _list_gpus(module):
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised: as it was
             module.config.experimental.set_memory_growth(gpu, True)
 
@@ -80,8 +81,18 @@ def tensorflow_importable() -> bool:
     return True
 
 
+def _list_gpus(module: ModuleType) -> list:
+    """TensorFlow's GPUs; [] when its GPU platform cannot start, the reason kept for diagnose."""
+    try:
+        return module.config.list_physical_devices("GPU")
+    except Exception as exc:  # noqa: BLE001 - tf.errors.*, RuntimeError: a GPU that cannot start
+        text = " ".join(str(exc).split())[:300]
+        _failure[:] = [f"{type(exc).__name__}: {text}" if text else type(exc).__name__]
+        return []
+
+
 def _gpus() -> list:
-    return tf().config.list_physical_devices("GPU")
+    return _list_gpus(tf())
 
 
 def gpu_count() -> int:
@@ -181,8 +192,9 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
     if hidden is not None and hidden.strip() in ("", "-1"):
         return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from TensorFlow.",
                 "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")
+    said = f" TensorFlow said: {_failure[0]}" if _failure else ""
     return (f"the driver sees {len(smi)} GPU(s) ({smi[0].strip()}), but this CUDA build of "
-            f"TensorFlow {tf_version} cannot load the CUDA/cuDNN libraries it needs.",
+            f"TensorFlow {tf_version} cannot load the CUDA/cuDNN libraries it needs.{said}",
             "`pip install 'tensorflow[and-cuda]==2.21.*'` in this environment (it brings "
             "matching CUDA and cuDNN wheels), and make sure LD_LIBRARY_PATH does not point at "
             "an older CUDA.")

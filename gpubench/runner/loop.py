@@ -135,6 +135,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]",
                disable=not sys.stderr.isatty())  # a log file gets the start lines below instead
     started, done = time.perf_counter(), 0.0  # bar.n stays 0 when the bar is disabled
+    code = None  # the summary's exit code, once it is printed
     logger, cell_output = logging.getLogger("papermill"), _CellOutput()
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(cell_output)
@@ -160,14 +161,15 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
         save_jobs(run_dir, manifest, jobs)
         code = _summary(jobs)
         if not _finish_report(run_dir):
-            code = 2
+            return 2
     except KeyboardInterrupt:
         bar.close()
         for job in jobs:
             if job.status == "running":  # a Ctrl-C between its claim and its start
                 job.status, job.error = "interrupted", f"stopped by {_Stop.reason or 'Ctrl-C'}"
         save_jobs(run_dir, manifest, jobs)
-        _summary(jobs)
+        if code is None:  # a stop while the report is written: the summary is out already
+            _summary(jobs)
         _interrupted(run_dir)
         return 130
     finally:
@@ -235,7 +237,7 @@ def _summary(jobs: list[Job]) -> int:
         took = f"{job.seconds:6.0f} s" if job.seconds is not None else "      -"
         print(f"  {job.status:<11} {job.env + '/' + job.notebook:<32} {took}"
               + (f"  {job.error.splitlines()[0]}" if job.error else ""))
-    counts = {s: sum(j.status == s for j in jobs) for s in ("ok", "failed", "skipped",
-                                                              "interrupted")}
+    order = ("ok", "failed", "skipped", "interrupted", "pending", "running")  # jobs not begun
+    counts = {s: sum(j.status == s for j in jobs) for s in order}
     print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     return 1 if counts["failed"] or counts["interrupted"] or not counts["ok"] else 0

@@ -1,0 +1,66 @@
+"""Faults of `gpubench run` found by fault injection (issue 27), each checked without running a
+notebook: a stop at the wrong moment, a damaged run.json, a kernel whose Python is gone, a
+KERAS_BACKEND with spaces, a kernel that dies saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from gpubench import cli, report, runner
+
+
+def _main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _run_dir(path: Path, notebooks=("performanceTest", "Mnist_MLP_h1000"), **fields) -> Path:
+    """A run directory as `gpubench run` leaves it before its first notebook."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / runner.MANIFEST).write_text(json.dumps({
+        "schema": 2, "run_id": "r1", "profile": "quick", "created": "now", "params": {},
+        "jobs": [{"env": "cpu", "notebook": nb, "status": "pending", "attempt": 0}
+                 for nb in notebooks], **fields}))
+    return path
+
+
+# ---- a stop at the wrong moment prints each line once
+
+def test_ctrl_c_right_after_the_count_line_prints_no_blank_count(capsys, tmp_path, monkeypatch,
+                                                                 cpu_kernel):
+    """Ctrl-C between "[1/2]" and the job's claim: the summary counts the jobs not begun."""
+    def execute(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # no kernel yet: the handler stops the run
+        time.sleep(1)
+        pytest.fail("not interrupted")
+
+    monkeypatch.setattr(runner.loop, "execute", execute)
+    code, out, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
+    assert code == 130 and "[1/2]" in out + err
+    summary = out[out.index("Summary"):].splitlines()
+    assert summary[-1] == "  2 pending", summary
+    assert all(line.strip() for line in summary)
+
+
+def test_sigterm_while_the_report_is_written_prints_the_summary_once(capsys, tmp_path,
+                                                                    monkeypatch, cpu_kernel):
+    def execute(job, *args):
+        job.status, job.seconds = "ok", 1.0
+
+    def build(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+        pytest.fail("not interrupted")
+
+    monkeypatch.setattr(runner.loop, "execute", execute)
+    monkeypatch.setattr(report, "build", build)
+    code, out, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
+    assert code == 130 and out.count("Summary") == 1, out
+    assert "Interrupted by SIGTERM" in err

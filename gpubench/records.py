@@ -2,7 +2,9 @@
 
 Which attempt of a job counts (the latest), the report's columns ("machine · env", in a
 stable order) and each column's baseline (its machine's CPU env of the same backend), the
-matmul series and crossover, the book's training records, and the models' titles and order.
+matmul timings (product time, call latency, the book's), their series, the GPU-CPU pairing (one
+rule for the speedup and the crossover) and the crossover, the book's training records, and the
+models' titles and order.
 Pure functions over the dicts `gpubench.results` reads; no ML framework, no matplotlib.
 """
 
@@ -87,19 +89,24 @@ def backend_rank(name: str) -> tuple[int, str]:
 
 def columns(records: list[dict]) -> list[str]:
     """Column labels in a stable order: by machine and backend, each CPU env before the others."""
-    keys = {r["_column"]: (machine_of(r), backend_rank(backend_of(r)),
-                           r["env"] != cpu_env(backend_of(r)), r["env"], r["_column"])
+    keys = {column_of(r): (machine_of(r), backend_rank(backend_of(r)),
+                           r["env"] != cpu_env(backend_of(r)), r["env"], column_of(r))
             for r in records}
     return sorted(keys, key=keys.get)
 
 
+def column_of(record: dict) -> str:
+    """A record's column: its "machine · env" label where the report set one, else its env."""
+    return record.get("_column") or record["env"]
+
+
 def baseline(records: list[dict], column: str) -> str | None:
     """The column a column is compared with: the CPU env of the same machine and backend."""
-    mine = next(r for r in records if r["_column"] == column)
+    mine = next(r for r in records if column_of(r) == column)
     machine, backend = machine_of(mine), backend_of(mine)
-    return min((r["_column"] for r in records
+    return min((column_of(r) for r in records
                 if machine_of(r) == machine and backend_of(r) == backend
-                and r["env"] == cpu_env(backend) and r["_column"] != column), default=None)
+                and r["env"] == cpu_env(backend) and column_of(r) != column), default=None)
 
 
 def ok_records(records: list[dict], benchmark: str) -> list[dict]:
@@ -110,16 +117,6 @@ def ok_records(records: list[dict], benchmark: str) -> list[dict]:
 def dtype_of(record: dict) -> str:
     """A matmul record's dtype (older records: float32)."""
     return record.get("dtype") or "float32"
-
-
-def crossover(records: list[dict], method: str = "rigorous", dtype: str = "float32") -> int | None:
-    """Smallest size at which a GPU beats the CPU (same env, method, dtype); None if it never
-    does."""
-    ok = [r for r in ok_records(records, "matmul")
-          if r["method"] == method and dtype_of(r) == dtype]
-    cpu = {r["size"]: r["seconds"] for r in ok if r["device"] == "cpu"}
-    gpu = {r["size"]: r["seconds"] for r in ok if r["device"].startswith("gpu")}
-    return min((size for size in gpu if size in cpu and gpu[size] < cpu[size]), default=None)
 
 
 PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
@@ -140,13 +137,86 @@ def peak_gflops(records: list[dict], env: str, device: str, dtype: str) -> float
     return found["gflops"] if found else None
 
 
+# The three timings of a matmul sweep, one definition each (docs/records.md): the product time
+# (products queued back to back, per product), the call latency (one product from the call to
+# its result on the host) and the book's single timing (set-up included).
+PRODUCT, CALL, BOOK = "product", "call", "book"
+QUANTITIES = (PRODUCT, CALL, BOOK)
+
+
+def matmul_seconds(record: dict, quantity: str) -> float | None:
+    """A matmul record's seconds of `quantity` (PRODUCT, CALL or BOOK); None where it has none."""
+    method = record.get("method")
+    if quantity == BOOK:
+        return record.get("seconds") if method == "book" else None
+    if method != "rigorous":
+        return None
+    return record.get("seconds") if quantity == PRODUCT else record.get("call_seconds")
+
+
+def sweep_records(records: list[dict]) -> list[dict]:
+    """Ok matmul records of the size sweeps: the book's and the rigorous method, neither the peak
+    probe nor the aligned sizes timed beside a book size (`aligned_from`)."""
+    return [r for r in ok_records(records, "matmul")
+            if r.get("method") in ("book", "rigorous") and r.get("aligned_from") is None]
+
+
 def matmul_series(records: list[dict]) -> dict:
-    """(column, device, method, dtype) -> sorted [(size, seconds, gflops)] of ok matmul records."""
+    """(column, device, quantity, dtype) -> sorted [(size, seconds, gflops)] of the sweeps; gflops
+    only for the product time (every GFLOP/s divides by it), else None."""
     series = defaultdict(list)
-    for r in ok_records(records, "matmul"):
-        key = (r.get("_column", r["env"]), r["device"], r["method"], dtype_of(r))
-        series[key].append((r["size"], r["seconds"], r["gflops"]))
+    for r in sweep_records(records):
+        for quantity in QUANTITIES:
+            if (seconds := matmul_seconds(r, quantity)) is not None:
+                gflops = r.get("gflops") if quantity == PRODUCT else None
+                series[(column_of(r), r["device"], quantity, dtype_of(r))].append(
+                    (r["size"], seconds, gflops))
     return {k: sorted(v) for k, v in sorted(series.items())}
+
+
+def cpu_pairing(records: list[dict], column: str) -> str | None:
+    """The column whose CPU matmul timings pair with `column`'s GPU ones: the same column where it
+    timed the CPU too (as the book did), else its machine's CPU env of the same backend
+    (`baseline`) where that one timed the CPU; None where neither did."""
+    def timed_cpu(name: str | None) -> bool:
+        return any(column_of(r) == name and r["device"] == "cpu" for r in sweep_records(records))
+
+    if timed_cpu(column):
+        return column
+    other = baseline(records, column)
+    return other if timed_cpu(other) else None
+
+
+def speedup_series(records: list[dict]) -> list[dict]:
+    """Every GPU series of the sweeps set against its CPU pair (`cpu_pairing`), the CPU at the same
+    dtype where it was timed at it, else at float32: a dict of column, device, dtype, quantity,
+    cpu_column, cpu_dtype and points [(size, CPU seconds / GPU seconds)]; those with no size in
+    common are left out."""
+    series = matmul_series(records)
+    found = []
+    for (column, device, quantity, dtype), points in series.items():
+        if not device.startswith("gpu") or (cpu_column := cpu_pairing(records, column)) is None:
+            continue
+        cpu_dtype = dtype if (cpu_column, "cpu", quantity, dtype) in series else "float32"
+        cpu = {size: seconds for size, seconds, _ in
+               series.get((cpu_column, "cpu", quantity, cpu_dtype), [])}
+        pairs = [(size, cpu[size] / seconds) for size, seconds, _ in points if size in cpu]
+        if pairs:
+            found.append({"column": column, "device": device, "dtype": dtype,
+                          "quantity": quantity, "cpu_column": cpu_column, "cpu_dtype": cpu_dtype,
+                          "points": pairs})
+    return found
+
+
+def crossover(points: list[tuple[int, float]]) -> int | None:
+    """The size from which the GPU wins (speedup above 1) at every larger size measured; None
+    where it loses at the largest."""
+    size = None
+    for n, speedup in sorted(points, reverse=True):
+        if speedup <= 1:
+            break
+        size = n
+    return size
 
 
 def book_train(records: list[dict]) -> list[dict]:

@@ -203,5 +203,6 @@ def summary(record: dict) -> str:
         + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
            "meaningful)" if record["test_accuracy"] < 2 * CHANCE else ""),
         f"  data:         {record['dataset']} from {source}",
-        f"  telemetry:    {telemetry_text.line(record['telemetry'], record['epochs'])}",
+        "  telemetry:    " + telemetry_text.line(record["telemetry"], record["epochs"],
+                                                record.get("epoch_gpu_util_percent")),
     ])

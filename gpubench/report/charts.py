@@ -44,3 +44,15 @@ def size_axis(ax, **labels):
     if ax.get_legend_handles_labels()[1]:  # an empty legend only warns on stderr
         ax.legend(fontsize="small")
     return ax
+
+
+DECADE = 10.0  # values spanning more than this factor get a log axis
+
+
+def log_if_wide(ax, values: list[float], axis: str = "y"):
+    """A log scale on `axis` where the positive `values` span more than a decade (max over min
+    above DECADE), so that small values do not lie flat on zero; linear otherwise."""
+    positive = [v for v in values if v and v > 0]
+    if positive and max(positive) / min(positive) > DECADE:
+        getattr(ax, f"set_{axis}scale")("log")
+    return ax

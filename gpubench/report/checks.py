@@ -57,10 +57,13 @@ _TELEMETRY = ([(f"telemetry.{name}", _optional(NUMBER), _OK) for name in TELEMET
               + [("telemetry.partial", _optional(FLAG), _OK),
                  ("telemetry.clock_event_reasons", _optional(_list_of(TEXT)), _OK)])
 _MATMUL = [("size", POSITIVE_COUNT, _ALL), ("method", NAME, _ALL), ("dtype", _optional(NAME), _ALL),
-           ("seconds", POSITIVE, _OK), ("gflops", _optional(NUMBER), _OK),
+           ("seconds", _optional(POSITIVE), _OK), ("call_seconds", _optional(POSITIVE), _OK),
+           ("gflops", _optional(NUMBER), _OK),
            *[(name, _optional(NUMBER), _OK) for name in (
-               "seconds_min", "seconds_max", "seconds_iqr", "first_seconds", "spec_peak_gflops")],
-           ("repeats", _optional(COUNT), _OK)]
+               "seconds_min", "seconds_max", "seconds_iqr", "first_seconds", "spec_peak_gflops",
+               "warm_seconds")],
+           ("repeats", _optional(COUNT), _OK), ("products_per_block", _optional(COUNT), _OK),
+           ("aligned_from", _optional(POSITIVE_COUNT), _ALL)]
 _TRAIN = [("model", NAME, _ALL), ("dataset", _optional(TEXT), _ALL),
           ("data_source", _optional(TEXT), _ALL), ("factor", _optional(NAME), _ALL),
           ("epochs", _optional(COUNT), _ALL), ("batch_size", _optional(COUNT), _ALL),

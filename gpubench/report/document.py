@@ -28,8 +28,11 @@ def backend_text(environment: dict, backend: str) -> str:
     """A column's backend, its version and build, and Keras ("JAX 0.10 (CPU-only build), Keras
     3.15"); the version from the schema-3 field, else the backend's own field (older records)."""
     version = environment.get("backend_version") or environment.get(backend)
-    build = (f"CUDA {environment.get('cuda_version')}, cuDNN {environment.get('cudnn_version')}"
-             if environment.get("cuda_build") else "CPU-only build")
+    known = [f"{name} {environment[key]}" for name, key in (("CUDA", "cuda_version"),
+                                                            ("cuDNN", "cudnn_version"))
+             if environment.get(key)]
+    build = ("CPU-only build" if not environment.get("cuda_build")
+             else ", ".join(known) if known else "CUDA build; CUDA and cuDNN versions not recorded")
     return (f"{backend_title(backend)}{f' {version}' if version else ''} ({build}), "
             f"Keras {environment.get('keras')}")
 
@@ -87,6 +90,9 @@ def jobs_section(jobs: list[dict], skipped: bool = False) -> list[str]:
             *explained_table(["run", "env", "notebook", "status", "why"], rows)]
 
 
+SHOWN_PROBLEMS = 12  # skipped lines and records listed in the report; the rest are counted
+
+
 def problems_section(records: list[dict], jobs: list[list[str]], problems: list[str]) -> list[str]:
     """Markdown lines: failed or skipped jobs, records not "ok", and records the report skipped."""
     lines = []
@@ -97,8 +103,11 @@ def problems_section(records: list[dict], jobs: list[list[str]], problems: list[
         lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
                   f"{first_line(r.get('error'))}".rstrip() for r in bad] + [""]
     if problems:
+        more = len(problems) - SHOWN_PROBLEMS
         lines += ["Lines and records skipped while reading results:", ""]
-        lines += [f"- `{code(p)}`" for p in problems] + [""]
+        lines += [f"- `{code(p)}`" for p in problems[:SHOWN_PROBLEMS]]
+        lines += [f"- and {more} more (`gpubench report` warns of each)"] if more > 0 else []
+        lines += [""]
     return (["## What went wrong", ""] + lines) if lines else []
 
 
@@ -138,6 +147,7 @@ def compose(run_dirs: list[str | os.PathLike], *, draw: bool = True) -> tuple[st
     lines = ["# gpubench report", "",
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
              + f" · columns: {', '.join(columns(records)) or 'none'}", ""]
+    lines += training.profile_lines(records)
     lines += unfinished_note(jobs)
     if not records:
         lines += jobs_section(jobs, skipped=bool(problems))

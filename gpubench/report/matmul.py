@@ -1,69 +1,264 @@
-"""Matrix multiplication in the report and in performanceTest: the crossover in words, the table
-per size, the book's timing against the rigorous one, the peak probe, and the charts."""
+"""Matrix multiplication in the report and in performanceTest: three timings, each named for what
+it is (product time, call latency, the book's single timing), the GPU against the CPU of the same
+machine and backend, the crossover in words, the alignment penalty, the peak probe, and the
+charts."""
 
 from __future__ import annotations
 
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
 from gpubench.records import (
+    BOOK,
+    CALL,
     PEAK_METHOD,
+    PRODUCT,
+    backend_of,
+    backend_title,
+    baseline,
+    column_of,
     columns,
+    cpu_pairing,
     crossover,
     dtype_of,
-    fmt_seconds,
     matmul_series,
     ok_records,
     peak_record,
+    speedup_series,
+    sweep_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import MATMUL_NOTE, fmt, md_table
+from gpubench.report.format import column_note, fmt, md_table
+
+QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
+# How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
+_WHEN = {PRODUCT: "when products stream (product time)",
+         CALL: "for one product called alone (call latency)",
+         BOOK: "by the book's single timing"}
+_STYLE = {PRODUCT: "-", CALL: "--", BOOK: ":"}
+ALIGN_MULTIPLE = 8  # tensor cores' fast path wants dimensions that are multiples of 8 (16 bytes)
+
+MATMUL_NOTES = {
+    "size": "n, for the product of two n x n matrices; \"aligned\": a size timed beside a book "
+            f"size that is not a multiple of {ALIGN_MULTIPLE}",
+    "product time": "per product, products queued back to back with one sync per block, the "
+                    "median of the blocks: what the arithmetic costs",
+    "GFLOP/s": "2n³ over the product time",
+    "% of datasheet peak": "that GFLOP/s over the device's datasheet figure at this dtype",
+    "call latency": "one product from the call to its result on the host, the median of the "
+                    "calls: what a program that multiplies once pays",
+    "launch and sync per call": "call latency minus product time: the cost of launching one "
+                                "product and waiting for it",
+    "book's single timing": "one timing as the book took it: creating the matrices and the "
+                            "first call's set-up included (on JAX, compiling each new shape)",
+    "of which set-up": "the book's timing minus a second book-way call of the same shape",
+}
+NO_PRODUCT_NOTE = ("> These records hold no product time: gpubench before record schema 4 timed "
+                   "one product per sync, which is the call latency. Their rigorous timings are "
+                   "shown as call latency, and no GFLOP/s, % of peak or streaming crossover is "
+                   "derived from them.")
+
+
+def fmt_time(seconds: float | None) -> str:
+    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none."""
+    if seconds is None:
+        return "–"
+    for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
+        value = seconds * scale
+        if float(f"{value:.3g}") < 1000 or unit == "s":
+            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+    return "–"  # not reached
+
+
+def fmt_rate(gflops: float | None) -> str:
+    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none."""
+    if gflops is None:
+        return "–"
+    return f"{gflops / 1e3:,.0f} TFLOP/s" if gflops >= 1e4 else f"{gflops:,.0f} GFLOP/s"
+
+
+def aligned_size(size: int, multiple: int = ALIGN_MULTIPLE) -> int:
+    """The nearest multiple of `multiple` at or above `size` (the size itself where aligned)."""
+    return -(-size // multiple) * multiple
 
 
 def _sweep(records: list[dict]) -> list[dict]:
-    """The matmul records of the size sweeps (book and rigorous), the peak probe's left out."""
+    """The matmul records of the size sweeps (book and rigorous, aligned sizes included), the
+    peak probe's left out."""
     return [r for r in records if r["benchmark"] == "matmul" and r.get("method") != PEAK_METHOD]
 
 
-def crossover_text(records: list[dict], method: str, dtype: str = "float32") -> str:
-    """Crossover in words, including the cases with no GPU or no win."""
-    ok = [r for r in ok_records(_sweep(records), "matmul") if dtype_of(r) == dtype]
-    if not any(r["device"].startswith("gpu") for r in ok):
+def no_product_time(records: list[dict]) -> bool:
+    """Whether rigorous records were timed but none holds a product time (older gpubench)."""
+    rigorous = [r for r in sweep_records(records) if r["method"] == "rigorous"]
+    return bool(rigorous) and all(r.get("seconds") is None for r in rigorous)
+
+
+def _span(points: list[tuple]) -> str:
+    sizes = sorted(p[0] for p in points)
+    return f"n = {sizes[0]}–{sizes[-1]}" if len(sizes) > 1 else f"n = {sizes[0]}"
+
+
+def crossover_words(points: list[tuple[int, float]]) -> str:
+    """Where the GPU wins, in words: "from n = 2000", "at every size measured (n = 500–5000)"."""
+    size, sizes = crossover(points), sorted(p[0] for p in points)
+    if size is not None:
+        return (f"at every size measured ({_span(points)})" if size == sizes[0]
+                else f"from n = {size} ({_span(points)} measured)")
+    wins = [n for n, speedup in sorted(points) if speedup > 1]
+    if wins:
+        return (f"only at n = {', '.join(map(str, wins))}, not at the largest measured "
+                f"(n = {sizes[-1]})")
+    return f"at no size measured ({_span(points)})"
+
+
+def pairing_text(records: list[dict], column: str) -> str:
+    """Which CPU timings `column`'s GPU timings are set against, and why those."""
+    cpu = cpu_pairing(records, column)
+    if cpu == column:
+        return f"{column}'s GPU timings against the CPU timings of the same env, as the book did"
+    if cpu is not None:
+        return (f"{column}'s GPU timings against the CPU timings of {cpu}, the same machine's "
+                f"{backend_title(backend_of(_first(records, column)))} CPU env ({column} timed "
+                "no CPU)")
+    other = baseline(records, column)
+    return (f"{column} timed no CPU, and " + (f"{other} timed no matmul on the CPU"
+            if other else "this machine has no CPU env of the same backend in these runs")
+            + ": no speedup and no crossover to give")
+
+
+def _first(records: list[dict], column: str) -> dict:
+    return next(r for r in records if column_of(r) == column)
+
+
+def crossover_lines(records: list[dict]) -> list[str]:
+    """Per GPU column: the pairing, then per device and dtype where the GPU wins by each timing
+    ("the GPU wins from n = 1000 when products stream, ...")."""
+    series = speedup_series(records)
+    gpu_columns = sorted({column_of(r) for r in sweep_records(records)
+                          if r["device"].startswith("gpu")}, key=columns(records).index)
+    lines = []
+    for column in gpu_columns:
+        lines.append(f"- Pairing: {pairing_text(records, column)}.")
+        mine = [s for s in series if s["column"] == column]
+        for device, dtype in sorted({(s["device"], s["dtype"]) for s in mine}):
+            found = {s["quantity"]: s for s in mine if (s["device"], s["dtype"]) == (device, dtype)}
+            cpu_dtype = next(iter(found.values()))["cpu_dtype"]
+            parts = [f"{crossover_words(found[q]['points'])} {_WHEN[q]}"
+                     for q in (PRODUCT, CALL, BOOK) if q in found]
+            lines.append(f"- **{device} {dtype} vs CPU {cpu_dtype}**: the GPU wins "
+                         + "; ".join(parts) + ".")
+    return lines
+
+
+def crossover_text(records: list[dict], quantity: str = CALL, dtype: str = "float32") -> str:
+    """The crossover of one timing at one GPU dtype in words, or why there is none."""
+    if not any(r["device"].startswith("gpu") for r in sweep_records(records)):
         return "no GPU measured"
-    if not any(r["device"] == "cpu" and r["method"] == method for r in ok):
-        return "no CPU measured in this env to compare with"
-    size = crossover(records, method, dtype)
-    if size is None:
-        return "the GPU never beat the CPU at the sizes measured"
-    if size == min(r["size"] for r in ok if r["method"] == method):
-        return f"the GPU wins at every size measured (from {size})"
-    return f"the GPU wins from {size} x {size} up"
+    found = [s for s in speedup_series(records)
+             if s["quantity"] == quantity and s["dtype"] == dtype]
+    if not found:
+        return f"no CPU {QUANTITY_TITLES[quantity]} of the same machine and backend to pair with"
+    return "the GPU wins " + crossover_words(found[0]["points"])
+
+
+def _row(r: dict) -> dict[str, str]:
+    """A table row's cells of one matmul record (rigorous or book)."""
+    if r["status"] != "ok":
+        return {"book's single timing" if r["method"] == "book" else "call latency":
+                r["status"].upper()}
+    if r["method"] == "book":
+        setup = (r["seconds"] - r["warm_seconds"]) if r.get("warm_seconds") is not None else None
+        return {"book's single timing": fmt_time(r["seconds"]),
+                "of which set-up": fmt_time(setup) if setup and setup > 0 else "–"}
+    product, call = r.get("seconds"), r.get("call_seconds")
+    share = "–"
+    if r.get("spec_peak_gflops") and r.get("gflops") is not None and product is not None:
+        share = f"{100 * r['gflops'] / r['spec_peak_gflops']:.0f}%"
+        if r["gflops"] > r["spec_peak_gflops"]:
+            share += " (above the datasheet figure; check gpubench/peaks.py)"
+    overhead = (call - product) * 1e6 if product is not None and call is not None else None
+    return {"product time": fmt_time(product),
+            "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
+            "% of datasheet peak": share, "call latency": fmt_time(call),
+            "launch and sync per call": "–" if overhead is None else f"{overhead:,.0f} µs"}
 
 
 def table(records: list[dict]) -> str:
-    """Per size: seconds, GFLOP/s and % of datasheet peak (where known) per device, method and
-    dtype; the peak probe is left out (`peak_lines` tells it)."""
+    """Per device and dtype of the records, a table by size: product time, GFLOP/s, % of
+    datasheet peak, call latency, launch and sync per call, the book's single timing and its
+    set-up; columns with nothing measured left out, the peak probe too (`peak_lines`)."""
     matmul = _sweep(records)
-    several = len({dtype_of(r) for r in matmul}) > 1
-    keys = sorted({(r["device"], r["method"], dtype_of(r)) for r in matmul})
-    cells = {}
-    for r in matmul:
-        text = r["status"].upper()
-        if r["status"] == "ok":
-            text = f"{fmt_seconds(r['seconds'])} ({fmt(r['gflops'], ',.0f')} GFLOP/s"
-            if r.get("spec_peak_gflops") and r["gflops"] is not None:
-                share = 100 * r["gflops"] / r["spec_peak_gflops"]
-                text += f", {share:.0f}% of datasheet peak"
-                if share > 100:
-                    text += " (over 100 %: above the datasheet figure; check gpubench/peaks.py)"
-            text += ")"
-        cells[(r["device"], r["method"], dtype_of(r), r["size"])] = text
-    rows = [[size] + [cells.get(k + (size,), "–") for k in keys]
-            for size in sorted({r["size"] for r in matmul})]
-    return md_table(["size"] + [" ".join(k if several else k[:2]) for k in keys], rows)
+    blocks: list[str] = []
+    shown: set[str] = set()
+    for device, dtype in sorted({(r["device"], dtype_of(r)) for r in matmul},
+                                key=lambda k: (k[0] != "cpu", k)):
+        rows: dict[tuple, dict] = {}
+        for r in matmul:
+            if (r["device"], dtype_of(r)) == (device, dtype):
+                label = (f"{r['size']} (aligned, beside {r['aligned_from']})"
+                         if r.get("aligned_from") is not None else str(r["size"]))
+                rows.setdefault((r.get("aligned_from") or r["size"], r["size"]), {"size": label})
+                rows[(r.get("aligned_from") or r["size"], r["size"])].update(_row(r))
+        headers = [h for h in MATMUL_NOTES
+                   if h == "size" or any(row.get(h, "–") != "–" for row in rows.values())]
+        body = [[row.get(h, "–") for h in headers] for _, row in sorted(rows.items())]
+        blocks += [f"**{device} at {dtype}**", "", md_table(headers, body), ""]
+        shown.update(headers)
+    note = column_note([h for h in MATMUL_NOTES if h in shown], MATMUL_NOTES)
+    return "\n".join(blocks + [note])
+
+
+def alignment_lines(records: list[dict]) -> list[str]:
+    """The alignment penalty in numbers: each aligned size's product GFLOP/s beside its book
+    size's ("n = 2500 ran at 72 TFLOP/s, n = 2504 at ...")."""
+    ok = [r for r in ok_records(records, "matmul")
+          if r["method"] == "rigorous" and r.get("gflops") and r.get("seconds") is not None]
+    by_key = {(column_of(r), r["device"], dtype_of(r), r["size"]): r for r in ok
+              if r.get("aligned_from") is None}
+    lines = []
+    for r in sorted((r for r in ok if r.get("aligned_from") is not None),
+                    key=lambda r: (column_of(r), r["device"], dtype_of(r), r["size"])):
+        book = by_key.get((column_of(r), r["device"], dtype_of(r), r["aligned_from"]))
+        if book is None:
+            continue
+        ratio = r["gflops"] / book["gflops"]
+        verdict = ("sizes that are not a multiple of 8 leave the tensor cores' fast path"
+                   if ratio > 1.1 else "alignment made no clear difference here")
+        lines.append(f"- {r['device']} {dtype_of(r)}: n = {book['size']} ran at "
+                     f"{fmt_rate(book['gflops'])}, n = {r['size']} (the next multiple of "
+                     f"{ALIGN_MULTIPLE}) at {fmt_rate(r['gflops'])} ({ratio:.2f}x): {verdict}.")
+    return lines
+
+
+def _rigorous_reference(r: dict) -> tuple[float | None, str]:
+    """A rigorous record's figure to set a book timing against: the product time, else (older
+    records) the call latency, with its name."""
+    if r.get("seconds") is not None:
+        return r["seconds"], "the product itself takes"
+    return r.get("call_seconds"), "one product called alone takes"
+
+
+def _at(size: int, book: dict, rig: dict) -> tuple[str, bool]:
+    """The book's timing against the rigorous one at one size, and whether the run was noisy
+    there (the book's timing, which does more work, came out below the rigorous median)."""
+    ref, words = _rigorous_reference(rig)
+    says = f"at {size} x {size} the book's single timing says {fmt_time(book['seconds'])}"
+    if ref is None:
+        return says, False
+    if book["seconds"] < ref:
+        iqr = rig.get("seconds_iqr")
+        return (f"at {size} x {size} **the run was noisy**: the book's single timing "
+                f"({fmt_time(book['seconds'])}) came out below the rigorous median "
+                f"({fmt_time(ref)}" + (f", IQR {fmt_time(iqr)}" if iqr is not None else "")
+                + f" over {rig.get('repeats')} repeats), which a timing that does more work can "
+                "only do by noise; rerun on a quieter machine before reading a ratio here"), True
+    ratio = book["seconds"] / ref
+    return f"{says}, {words} {fmt_time(ref)}: the book measures {ratio:,.1f}x that", False
 
 
 def book_vs_rigorous(records: list[dict]) -> str:
-    """Why the book's single timing misleads at small sizes, told with the numbers just measured."""
-    ok = ok_records(_sweep(records), "matmul")
+    """Why the book's single timing misleads at small sizes, told with the numbers just measured;
+    a noisy run is named as such instead of a ratio that contradicts the method."""
+    ok = sweep_records(records)
     lines = []
     pairs = sorted({(r["device"], dtype_of(r)) for r in ok}, key=lambda p: (p[0] == "cpu", p))
     for device, dtype in pairs:
@@ -74,83 +269,112 @@ def book_vs_rigorous(records: list[dict]) -> str:
             continue
         small, large = sizes[0], sizes[-1]
         what = device + (f" ({dtype})" if len({p[1] for p in pairs}) > 1 else "")
-        lines.append(
-            f"- **{what}**: at {small} x {small} the book's single timing says "
-            f"{fmt_seconds(book[small]['seconds'])}, the product itself takes "
-            f"{fmt_seconds(rig[small]['seconds'])} (median of {rig[small]['repeats']}): the book "
-            f"measures {book[small]['seconds'] / rig[small]['seconds']:.1f}x the real cost. "
-            f"At {large} x {large} it is {fmt_seconds(book[large]['seconds'])} against "
-            f"{fmt_seconds(rig[large]['seconds'])} "
-            f"({book[large]['seconds'] / rig[large]['seconds']:.1f}x). The first compiled call "
-            f"at {small} took {fmt_seconds(rig[small]['first_seconds'])} (tracing), which the "
-            "rigorous method reports apart and keeps out of the median.")
+        parts = [_at(size, book[size], rig[size])[0] for size in dict.fromkeys((small, large))]
+        text = f"- **{what}**: " + "; ".join(parts) + "."
+        if (warm := book[small].get("warm_seconds")) is not None:
+            text += (f" Of the book's {fmt_time(book[small]['seconds'])} at {small}, "
+                     f"{fmt_time(max(book[small]['seconds'] - warm, 0))} is set-up (against a "
+                     f"second book-way call of the same shape, {fmt_time(warm)}).")
+        elif backend_of(book[small]) == "jax":
+            text += " On JAX the book's timing includes compiling each new shape."
+        lines.append(text)
     if not lines:
         return "No size was measured with both methods, so there is nothing to compare."
     text = [
         "The book times one run that includes creating the two random matrices, the "
-        "first-call set-up of each operation and, on a GPU, its start-up. Those costs grow "
-        "like n^2 or not at all, while the product grows like n^3, so at small sizes they "
-        "dominate and the chart compares overheads, not arithmetic:", "", *lines,
-    ]
-    if any(r["device"] != "cpu" for r in ok):
-        text += [f"- Crossover by the {method} method at {dtype}: "
-                 f"{crossover_text(records, method, dtype)}."
-                 for dtype in sorted({dtype_of(r) for r in ok}) for method in ("book", "rigorous")]
+        "first-call set-up of each operation (on JAX, compiling each new shape) and, on a GPU, "
+        "its start-up. Those costs grow like n^2 or not at all, while the product grows like "
+        "n^3, so at small sizes they dominate and the chart compares overheads, not arithmetic:",
+        "", *lines]
+    if crossings := crossover_lines(records):
+        text += ["", "Where the GPU wins:", "", *crossings]
     return "\n".join(text)
 
 
-def _book_line(ax) -> None:
-    """The book's stored single-run seconds (GT 720 and its CPU) as dashed grey lines."""
-    for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
-        points = sorted(BOOK_SECONDS[device].items())
-        ax.plot([p[0] for p in points], [p[1] for p in points], color=shade, linestyle="--",
-                marker="x", label=f"{BOOK_LABEL} (single run): {device}")
+def _label(key: tuple, series: dict) -> str:
+    """A line's label: device, dtype where several, timing, and column where several."""
+    column, device, quantity, dtype = key
+    several_dtypes = len({k[3] for k in series}) > 1
+    return (f"{device}{' ' + dtype if several_dtypes else ''} ({QUANTITY_TITLES[quantity]})"
+            + (f" — {column}" if len({k[0] for k in series}) > 1 else ""))
+
+
+def _lines(ax, series: dict, index: int, colours: dict) -> list[float]:
+    """Draw each series on `ax` (one colour per column, device and dtype; the timing sets the
+    line style); the values drawn."""
+    values = []
+    for key, points in series.items():
+        colour = colours.setdefault((key[0], key[1], key[3]), f"C{len(colours) % 10}")
+        ax.plot([p[0] for p in points], [p[index] for p in points], color=colour, marker="o",
+                linestyle=_STYLE[key[2]], label=_label(key, series))
+        values += [p[index] for p in points]
+    return values
 
 
 def plot(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None,
          book: bool = True):
-    """Time or GFLOP/s against matrix size per device, method, dtype; `book`: the book's, dashed."""
-    ax = charts.axes(ax, (8, 5))
+    """The measured timings against matrix size: "seconds" (product time solid, call latency
+    dashed) or "gflops" (from the product time); log axis where the values span over a decade.
+    With "seconds", `book` and no `ax`, the book's single timing gets a panel of its own beside
+    (`plot_book`). Returns the Axes of the measured timings, None where there is nothing."""
+    series = {k: v for k, v in matmul_series(_sweep(records)).items() if k[2] != BOOK
+              and (metric == "seconds" or (k[2] == PRODUCT and any(p[2] for p in v)))}
+    if not series:
+        return None
+    if ax is None:
+        fig = charts.figure(None, (14, 5) if metric == "seconds" and book else (8, 5))
+        axes = fig.subplots(1, 2 if metric == "seconds" and book else 1, squeeze=False)[0]
+        ax = axes[0]
+        if len(axes) > 1:
+            plot_book(records, axes[1])
     index = 1 if metric == "seconds" else 2
-    series = matmul_series(_sweep(records))
-    multi = len({k[0] for k in series}) > 1
-    dtypes = len({k[3] for k in series}) > 1
-    colours: dict = {}  # one colour per column, device and dtype; the method sets the line style
-    for (column, device, method, dtype), points in series.items():
-        colour = colours.setdefault((column, device, dtype), f"C{len(colours) % 10}")
-        label = (f"{device}{' ' + dtype if dtypes else ''} ({method})"
-                 + (f" — {column}" if multi else ""))
-        ax.plot([p[0] for p in points], [p[index] for p in points], color=colour,
-                marker="o", linestyle="-" if method == "rigorous" else "--", label=label)
-    if book and metric == "seconds":
-        _book_line(ax)
-    return charts.size_axis(ax, ylabel="seconds per product" if index == 1 else "GFLOP/s",
-                            title=title or ("Matrix multiplication "
-                                            + ("time" if index == 1 else "throughput")))
+    values = _lines(ax, {k: [p for p in v if p[index]] for k, v in series.items()}, index, {})
+    charts.log_if_wide(ax, values)
+    return charts.size_axis(ax, ylabel="seconds" if index == 1 else "GFLOP/s (product time)",
+                            title=title or ("Measured: product time (solid), call latency "
+                                            "(dashed)" if index == 1 else
+                                            "Throughput from the product time"))
+
+
+def plot_book(records: list[dict], ax, stored: bool = True):
+    """The book's single timing against size, apart from the measured timings (set-up and, on
+    JAX, compiling each new shape included); `stored`: the book's own GT 720 figures too."""
+    series = {k: v for k, v in matmul_series(_sweep(records)).items() if k[2] == BOOK}
+    values = _lines(ax, series, 1, {})
+    if stored:
+        for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
+            points = sorted(BOOK_SECONDS[device].items())
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=shade,
+                    linestyle="--", marker="x", label=f"{BOOK_LABEL} (single run): {device}")
+            values += [p[1] for p in points]
+    charts.log_if_wide(ax, values)
+    return charts.size_axis(ax, ylabel="seconds (one timing, set-up included)",
+                            title="The book's single timing (matrices, set-up, compiling)")
 
 
 def plot_speedup(records: list[dict], ax=None):
-    """GPU-over-CPU speedup against size for each method, crossover marked; None without a GPU."""
-    series = matmul_series(_sweep(records))
-    pairs = [(k, v) for k, v in series.items() if k[1].startswith("gpu")]
-    if not pairs:
+    """CPU time over GPU time against size, a line per GPU device, dtype and timing, each paired
+    with the CPU of the same machine and backend (`speedup_series`); None where nothing pairs."""
+    found = speedup_series(_sweep(records))
+    if not found:
         return None
     ax = charts.axes(ax, (8, 5))
-    for (column, device, method, dtype), gpu_points in pairs:
-        cpu = {s: sec for s, sec, _ in series.get((column, "cpu", method, dtype), [])}
-        points = [(s, cpu[s] / sec) for s, sec, _ in gpu_points if s in cpu]
-        if not points:
-            continue
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                label=f"{device} vs cpu ({method}, {dtype})")
-        if (size := next((s for s, speedup in points if speedup > 1), None)) is not None:
-            ax.axvline(size, linestyle=":", color="grey")
-            ax.annotate(f"crossover {size}", (size, 1), textcoords="offset points",
-                        xytext=(4, 8), fontsize="small")
+    several = len({s["column"] for s in found}) > 1
+    colours: dict = {}
+    values = []
+    for s in found:
+        colour = colours.setdefault((s["column"], s["device"], s["dtype"]),
+                                    f"C{len(colours) % 10}")
+        label = (f"{s['device']} {s['dtype']} vs CPU {s['cpu_dtype']}, "
+                 f"{QUANTITY_TITLES[s['quantity']]}" + (f" — {s['column']}" if several else ""))
+        ax.plot([p[0] for p in s["points"]], [p[1] for p in s["points"]], color=colour,
+                marker="o", linestyle=_STYLE[s["quantity"]], label=label)
+        values += [p[1] for p in s["points"]]
     ax.axhline(1.0, color="black", linewidth=0.8)
+    charts.log_if_wide(ax, values + [1.0])
     return charts.size_axis(ax, ylabel="speedup (CPU time / GPU time)",
-                            title="GPU speedup over CPU (above 1: GPU faster)")
-
+                            title="GPU speedup over the CPU of the same machine and backend "
+                                  "(above 1: GPU faster)")
 
 
 def peak_lines(records: list[dict]) -> list[str]:
@@ -163,31 +387,58 @@ def peak_lines(records: list[dict]) -> list[str]:
             "dtype divides by it." for r in found if r is not None]
 
 
-def section(records: list[dict], charts_: dict | None) -> list[str]:
-    """Per column: crossover, table and the peak probe; then the time, GFLOP/s and speedup
-    charts."""
-    matmul = [r for r in records if r["benchmark"] == "matmul"]
-    if not matmul:
-        return []
-    lines = ["## Matrix multiplication", ""]
-    for column in columns(matmul):
-        col = [r for r in matmul if r["_column"] == column]
-        dtypes = sorted({dtype_of(r) for r in _sweep(col)})
-        lines += [f"### {column}", ""]
-        for dtype in dtypes:
-            at = f" at {dtype}" if len(dtypes) > 1 else ""
-            lines += [f"Crossover{at} (rigorous): {crossover_text(col, 'rigorous', dtype)}; "
-                      f"(book's single timing): {crossover_text(col, 'book', dtype)}.", ""]
-        if _sweep(col):
-            lines += [table(col), "", MATMUL_NOTE, ""]
-        lines += [line + "\n" for line in peak_lines(col)]
-    if charts_ is None or not _sweep(matmul):
-        return lines
-    charts_["matmul_time.png"] = plot(matmul, "seconds", charts.new_axes()).figure
-    charts_["matmul_gflops.png"] = plot(matmul, "gflops", charts.new_axes()).figure
-    lines += ["![Time against matrix size](matmul_time.png)", "",
-              "![GFLOP/s against matrix size](matmul_gflops.png)", ""]
+INTRO = ("Three timings, each named for what it is: the **product time** (products queued back "
+         "to back, one sync per block: what the arithmetic costs; GFLOP/s and % of peak use "
+         "it), the **call latency** (one product from the call to its result on the host: what "
+         "a program that multiplies once pays) and the **book's single timing** (one timing "
+         "as the book took it: creating the matrices and the first call's set-up included; on "
+         "JAX, compiling each new shape).")
+
+
+def _charts(matmul: list[dict], charts_: dict) -> list[str]:
+    """The time, GFLOP/s and speedup charts, each only where it has data (else one sentence)."""
+    fig = charts.new_figure()
+    fig.set_size_inches(14, 5)
+    left, right = fig.subplots(1, 2)
+    plot(matmul, "seconds", left)
+    plot_book(matmul, right)
+    charts_["matmul_time.png"] = fig
+    lines = ["![Measured timings and the book's single timing against matrix size]"
+             "(matmul_time.png)", ""]
+    if (ax := plot(matmul, "gflops", charts.new_axes())) is not None:
+        charts_["matmul_gflops.png"] = ax.figure
+        lines += ["![GFLOP/s against matrix size](matmul_gflops.png)", ""]
+    else:
+        lines += ["No GFLOP/s chart: no product time was measured, and a GFLOP/s from the call "
+                  "latency or the book's timing would measure overheads, not arithmetic.", ""]
     if (ax := plot_speedup(matmul, charts.new_axes())) is not None:
         charts_["matmul_speedup.png"] = ax.figure
         lines += ["![GPU speedup](matmul_speedup.png)", ""]
+    elif any(r["device"].startswith("gpu") for r in sweep_records(matmul)):
+        lines += ["No speedup chart: no GPU timing pairs with a CPU timing of the same machine "
+                  "and backend (see the pairing above).", ""]
+    return lines
+
+
+def section(records: list[dict], charts_: dict | None) -> list[str]:
+    """The three timings, the GPU against its CPU pair, the alignment penalty, per column the
+    tables and the peak probe; then the time, GFLOP/s and speedup charts."""
+    matmul = [r for r in records if r["benchmark"] == "matmul"]
+    if not matmul:
+        return []
+    lines = ["## Matrix multiplication", "", INTRO, ""]
+    if no_product_time(matmul):
+        lines += [NO_PRODUCT_NOTE, ""]
+    if crossings := crossover_lines(matmul):
+        lines += ["### The GPU against the CPU", "", *crossings, ""]
+    if aligned := alignment_lines(matmul):
+        lines += ["### Alignment", "", *aligned, ""]
+    for column in columns(matmul):
+        col = [r for r in matmul if column_of(r) == column]
+        lines += [f"### {column}", ""]
+        if _sweep(col):
+            lines += [table(col), ""]
+        lines += [line + "\n" for line in peak_lines(col)]
+    if charts_ is not None and sweep_records(matmul):
+        lines += _charts(matmul, charts_)
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpubench.records import MODEL_TITLES, book_train, columns, ok_records
 from gpubench.report.checks import TELEMETRY_NUMBERS
-from gpubench.report.format import explained_table
+from gpubench.report.format import COLUMN_NOTES, explained_table
 from gpubench.report.training import model_rank
 from gpubench.telemetry import text as telemetry_text
 
@@ -13,15 +13,20 @@ TELEMETRY_HEADERS = ["machine · env", "run", "device", "GPU busy", "GPU mean po
                      "GPU energy per epoch", "images per joule (GPU)", "CPU use (one core = 100 %)",
                      "CPU energy per epoch", "images per joule (CPU)"]
 
+# GPU busy is one figure per run: this table, the lines under it and the chapters' line.
+TELEMETRY_NOTES = {**COLUMN_NOTES, "GPU busy": telemetry_text.BUSY_DEFINITION
+                   + " (the same figure in the lines below and in each chapter's telemetry line)"}
+
 
 def _telemetry_records(records: list[dict]) -> list[dict]:
-    """Ok book train and scaling records whose telemetry measured anything, in column order."""
+    """Ok book train and scaling records whose telemetry measured anything, in the book's table's
+    order (its models in the book's order, each in column order), the scaling runs after."""
     order = {column: i for i, column in enumerate(columns(records))}
     found = [r for r in book_train(ok_records(records, "train")) + ok_records(records, "scaling")
              if any((r.get("telemetry") or {}).get(name) is not None
                     for name in TELEMETRY_NUMBERS)]
-    return sorted(found, key=lambda r: (order[r["_column"]], r["benchmark"],
-                                        model_rank(r["model"]), r.get("replicas") or 0))
+    return sorted(found, key=lambda r: (r["benchmark"] != "train", model_rank(r["model"]),
+                                        order[r["_column"]], r.get("replicas") or 0))
 
 
 def _run_name(record: dict) -> str:
@@ -57,7 +62,7 @@ def section(records: list[dict]) -> list[str]:
              "Measured while each epoch ran. GPU energy comes from the driver's counter, or "
              "power x time where the GPU has none; GPU and CPU energy are kept apart, never "
              "added.", "",
-             *explained_table(TELEMETRY_HEADERS, found)]
+             *explained_table(TELEMETRY_HEADERS, found, TELEMETRY_NOTES)]
     if findings := diagnosis_lines(records):
         lines += ["What the numbers say:", "", *findings, ""]
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gpubench import factors
+from gpubench import factors, params
 from gpubench.records import (
     MODEL_ORDER,
     MODEL_TITLES,
@@ -46,7 +46,7 @@ def rows(records: list[dict]) -> list[list]:
             data = (r["dataset"] or "?") + (" **(synthetic)**" if source == "synthetic"
                                             else f" ({source})")
             first = [MODEL_TITLES[model], column, r["device"], ", ".join(mode(r).values()),
-                     fmt(r["epochs"], "")]
+                     fmt(r["epochs"], ""), fmt(r["train_samples"], ",")]
             if r["status"] != "ok":
                 found.append(first + [r["status"].upper()] + ["–"] * 6 + [data])
                 continue
@@ -61,6 +61,42 @@ def rows(records: list[dict]) -> list[list]:
                 fmt_seconds(r["first_epoch_seconds"]), saved, speedup, energy_text(r),
                 fmt(r["test_accuracy"], ".3f"), data])
     return found
+
+
+def profile_of(record: dict) -> str:
+    """The profile a book train record ran: "full" (the book's epochs, more images than the quick
+    profile's cap), "quick" (its epochs and cap), else "custom"."""
+    full, quick = (params.DEFAULTS[name].get(record["notebook"]) for name in ("full", "quick"))
+    samples = record.get("train_samples") or 0
+    if quick and record.get("epochs") == quick["epochs"] and samples <= quick["max_train_samples"]:
+        return "quick"
+    if full and record.get("epochs") == full["epochs"] and not (
+            quick and samples <= quick["max_train_samples"]):
+        return "full"
+    return "custom"
+
+
+_PROFILE_WORDS = {"full": "the book's {epochs} epochs on all the training images",
+                  "quick": "a smoke run, not the book's 15 epochs on all the images: its times do "
+                           "not compare with the book's",
+                  "custom": "epochs or images set by hand"}
+
+
+def profile_lines(records: list[dict]) -> list[str]:
+    """The report's first lines on training: the profile each book model ran in and its data
+    size (training images), in the book's order; [] without book train records."""
+    found = sorted(book_train(records), key=lambda r: model_rank(r["model"]))
+    if not found:
+        return []
+    runs = {}
+    for r in found:
+        runs.setdefault((r["model"], r["epochs"], r["train_samples"]), r)
+    profiles = sorted({profile_of(r) for r in runs.values()})
+    words = _PROFILE_WORDS[profiles[0]].format(epochs=found[0]["epochs"]) if len(profiles) == 1 \
+        else "the models ran in different profiles"
+    parts = [f"{MODEL_TITLES.get(m, m)}: {fmt(e, '')} epochs on {fmt(n, ',')} images"
+             for m, e, n in runs]
+    return [f"Profile: **{', '.join(profiles)}** ({words}) · " + "; ".join(parts) + ".", ""]
 
 
 def _versus(base: dict | None, other: dict, no_cpu_env: bool = False) -> tuple[str, str]:
@@ -101,7 +137,8 @@ def energy_text(record: dict) -> str:
     return "; ".join(parts)
 
 
-TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "total time",
+TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "training images",
+                    "total time",
                     "steady epoch", "first epoch", "time saved vs CPU env", "speedup",
                     "energy (all epochs)", "test accuracy", "data"]
 
@@ -172,16 +209,19 @@ def plot_epoch_bars(records: list[dict], fig=None):
     fig = charts.figure(fig, (4.5 * max(len(models), 1), 4.5))
     axes = fig.subplots(1, max(len(models), 1), squeeze=False)
     for ax, model in zip(axes[0], models, strict=False):
-        runs = [by_key.get((model, column), {}) for column in cols]
-        steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") or 0 for r in runs]
-        first = [r.get("first_epoch_seconds") or 0 for r in runs]
-        x = np.arange(len(cols))
-        ax.bar(x - 0.2, steady, width=0.4, label="steady epoch (median of 2..n)")
-        ax.bar(x + 0.2, first, width=0.4, label="epoch 1 (incl. tracing)", alpha=0.6)
+        ran = [column for column in cols if (model, column) in by_key]  # no bar for a missing run
+        runs = [by_key[(model, column)] for column in ran]
+        steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") for r in runs]
+        first = [r.get("first_epoch_seconds") for r in runs]
+        x = np.arange(len(ran))
+        ax.bar(x - 0.2, [v or 0 for v in steady], width=0.4, label="steady epoch (median of 2..n)")
+        ax.bar(x + 0.2, [v or 0 for v in first], width=0.4, label="epoch 1 (incl. tracing)",
+               alpha=0.6)
         for xi, value in zip(x, steady, strict=True):
-            ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
-                        fontsize="small")
-        ax.set_xticks(x, cols, rotation=15, fontsize="small")
+            if value is not None:
+                ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
+                            fontsize="small")
+        ax.set_xticks(x, ran, rotation=15, fontsize="small")
         ax.set(title=MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()

@@ -44,18 +44,21 @@ def _epochs(record: dict) -> int | None:
     return len(per_epoch) if per_epoch else None
 
 
-def line(telemetry: dict | None, epochs: int | None = None) -> str:
+def line(telemetry: dict | None, epochs: int | None = None,
+         epoch_gpu_util: Sequence[float | None] | None = None) -> str:
     """One line for a chapter, e.g. "GPU: busy 91 %, 287 W mean, ...; CPU: 104 % of one core".
 
-    Energy is per epoch when `epochs` is given, else for the whole region.
+    Energy is per epoch when `epochs` is given, else for the whole region; GPU busy by its one
+    definition (`busy_percent`, from `epoch_gpu_util` where given), as the report's table.
     """
     if not telemetry:
         return "telemetry: not recorded"
     per = " per epoch" if epochs else ""
     if telemetry.get("source") == "nvml":
         parts = []
-        if telemetry.get("gpu_util_percent_mean") is not None:
-            parts.append(f"busy {_number(telemetry['gpu_util_percent_mean'])} %")
+        busy = busy_percent(epoch_gpu_util, telemetry.get("gpu_util_percent_mean"))
+        if busy[0] is not None:
+            parts.append(f"busy {busy_text(*busy)}")
         if telemetry.get("power_watts_mean") is not None:
             parts.append(f"{_number(telemetry['power_watts_mean'])} W mean")
         if telemetry.get("sm_clock_mhz_mean") is not None:
@@ -105,12 +108,32 @@ def _reason_lines(record: dict, telemetry: dict) -> list[str]:
     return lines
 
 
-def _busy(record: dict, telemetry: dict) -> float | None:
-    """GPU busy %: the median of the steady epochs (the first compiles), else the mean."""
-    per_epoch = [u for u in (record.get("epoch_gpu_util_percent") or [])[1:] if u is not None]
-    if per_epoch:
-        return statistics.median(per_epoch)
-    return telemetry.get("gpu_util_percent_mean")
+BUSY_DEFINITION = ("the median over the steady epochs (2..n; epoch 1, which compiles, left "
+                   "out) of NVML's share of the time in which a GPU kernel ran (not how full the "
+                   "GPU was); \"(run mean)\": no per-epoch figure, the mean over the whole run")
+
+
+def busy_percent(epoch_util: Sequence[float | None] | None,
+                 run_mean: float | None) -> tuple[float | None, bool]:
+    """GPU busy % by its one definition (BUSY_DEFINITION), and whether it fell back to the run's
+    mean for want of per-epoch figures."""
+    steady = [u for u in (epoch_util or [])[1:] if u is not None]
+    if steady:
+        return statistics.median(steady), False
+    return run_mean, run_mean is not None
+
+
+def gpu_busy(record: dict) -> tuple[float | None, bool]:
+    """A record's GPU busy % (`busy_percent`) and whether it is the run's mean."""
+    return busy_percent(record.get("epoch_gpu_util_percent"),
+                        (record.get("telemetry") or {}).get("gpu_util_percent_mean"))
+
+
+def busy_text(busy: float | None, run_mean: bool) -> str:
+    """"6 %", "4 % (run mean)", or "n/a"."""
+    if busy is None:
+        return NA
+    return f"{_number(busy)} %" + (" (run mean)" if run_mean else "")
 
 
 def diagnosis(record: dict) -> list[str]:
@@ -119,7 +142,7 @@ def diagnosis(record: dict) -> list[str]:
     if telemetry.get("source") != "nvml":
         return []
     lines = []
-    busy = _busy(record, telemetry)
+    busy, _ = gpu_busy(record)
     if busy is not None and busy < BUSY_LOW_PERCENT:
         if record.get("benchmark") == "matmul":
             lines.append(f"GPU busy {_number(busy)} % of the timed region: the matrices are "
@@ -139,8 +162,8 @@ def energy_cells(record: dict) -> dict[str, str]:
     """The report's telemetry cells for one record, as text ("n/a" where unmeasured).
 
     joules_per_epoch and images_per_joule are the GPU's; cpu_joules_per_epoch and
-    cpu_images_per_joule the CPU package's (RAPL); gpu_busy, watts_mean and cpu_util the
-    run's means.
+    cpu_images_per_joule the CPU package's (RAPL); gpu_busy by BUSY_DEFINITION; watts_mean and
+    cpu_util the run's means.
     """
     telemetry = record.get("telemetry") or {}
     epochs = _epochs(record)
@@ -166,7 +189,7 @@ def energy_cells(record: dict) -> dict[str, str]:
         "images_per_joule": per_joule(gpu_joules),
         "cpu_joules_per_epoch": per_epoch(cpu_joules, NO_RAPL if epochs else NA),
         "cpu_images_per_joule": per_joule(cpu_joules),
-        "gpu_busy": percent(telemetry.get("gpu_util_percent_mean")),
+        "gpu_busy": busy_text(*gpu_busy(record)),
         "watts_mean": NA if watts is None else f"{_number(watts)} W",
         "cpu_util": percent(telemetry.get("cpu_util_percent_mean")),
     }

@@ -64,3 +64,41 @@ def test_sigterm_while_the_report_is_written_prints_the_summary_once(capsys, tmp
     code, out, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
     assert code == 130 and out.count("Summary") == 1, out
     assert "Interrupted by SIGTERM" in err
+
+
+# ---- run.json is read with the same rules as every other input
+
+CPU_ENV = {"how": "kernel", "kernel": "gpubench-cpu", "python": "python", "backend": "tensorflow",
+           "devices": ["cpu"]}
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"envs": {"cpu": {**CPU_ENV, "devices": ["cpu", 5]}}}, 'envs.cpu.devices is ["cpu", 5]'),
+    ({"envs": {"cpu": {**CPU_ENV, "tensorflow_importable": "yes"}}},
+     "envs.cpu.tensorflow_importable is 'yes': wrong type: expected bool or null"),
+    ({"envs": {"cpu": {**CPU_ENV, "how": 5}}}, "envs.cpu.how is 5: wrong type"),
+    ({"envs": {"cpu": CPU_ENV, "gpu": ["x"]}}, 'envs.gpu is ["x"]'),
+])
+def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch, change, field):
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r", **change)))
+    assert code == 2 and f"{tmp_path / 'r' / 'run.json'}: {field}" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_run_json_nested_too_deep_is_bad_input_for_resume_and_report(capsys, tmp_path,
+                                                                    monkeypatch):
+    """100,000 nested lists: --resume exits 2 naming the file; the report names it among its
+    problems and is still written."""
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    (tmp_path / "run.json").write_text(DEEP)
+    code, _, err = _main(capsys, "run", "--resume", str(tmp_path))
+    assert code == 2 and f"{tmp_path / 'run.json'} is empty or damaged (RecursionError" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+    with pytest.warns(UserWarning, match="unreadable job list"):
+        code, out, err = _main(capsys, "report", str(tmp_path))
+    assert code == 0 and "Traceback" not in err
+    text = (tmp_path / "report.md").read_text()
+    assert f"{tmp_path / 'run.json'}: unreadable job list (RecursionError" in text

@@ -56,7 +56,7 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
         jobs = json.loads(path.read_bytes().removeprefix(results.BOM).decode("utf-8"))["jobs"]
         if not isinstance(jobs, list):
             raise TypeError(f"'jobs' is {type(jobs).__name__}, not a list")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         results.skipped(f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not "
                         "shown", problems)
         return []

@@ -110,7 +110,7 @@ def load_run(resume: str, profile: str | None,
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise UsageError(f"{path} is empty or damaged ({type(exc).__name__}: {exc}); it is not "
                          f"a job list written by `gpubench run`: {NEW_RUN}") from None
     jobs = check_manifest(manifest, path)
@@ -126,9 +126,21 @@ def _bad(path: Path, name: str, value, why: str) -> UsageError:
     return UsageError(f"{path}: {name} is {shown[:80]}: {why}; {NEW_RUN}")
 
 
+# The JSON types of a job's and of an env's fields (run.json's "jobs" and "envs").
 _JOB_TYPES = {"env": (str,), "notebook": (str,), "status": (str,),
               "seconds": (int, float, type(None)), "error": (str, type(None)), "attempt": (int,),
               "extra": (dict, type(None))}
+_TARGET_TYPES = {"how": (str,), "kernel": (str, type(None)), "python": (str, type(None)),
+                 "backend": (str, type(None)), "devices": (list, type(None)),
+                 "tensorflow_importable": (bool, type(None)), "diagnosis": (str, type(None))}
+
+
+def _check_types(given: dict, types: dict[str, tuple], where: str, path: Path) -> None:
+    """Each field of `given` named in `types` has one of its JSON types (true is no int)."""
+    for name, allowed in types.items():
+        if name in given and type(given[name]) not in allowed:
+            raise _bad(path, f"{where}.{name}", given[name], "wrong type: expected " + " or ".join(
+                "null" if t is type(None) else t.__name__ for t in allowed))
 
 
 def check_manifest(manifest, path: Path) -> list[Job]:
@@ -175,13 +187,10 @@ def _check_job(job, where: str, path: Path) -> Job:
     if unknown := set(job) - set(_JOB_TYPES):
         raise _bad(path, f"{where}.{sorted(unknown)[0]}", job[sorted(unknown)[0]],
                    "not a field of a job")
-    for name, types in _JOB_TYPES.items():
-        if name in ("env", "notebook") and name not in job:
+    for name in ("env", "notebook"):
+        if name not in job:
             raise _bad(path, f"{where}.{name}", None, "the field is missing")
-        value = job.get(name)
-        if name in job and (not isinstance(value, types) or isinstance(value, bool)):
-            raise _bad(path, f"{where}.{name}", value, "wrong type: expected "
-                       + " or ".join("null" if t is type(None) else t.__name__ for t in types))
+    _check_types(job, _JOB_TYPES, where, path)
     if job.get("attempt", 0) < 0:
         raise _bad(path, f"{where}.attempt", job["attempt"], "it must be 0 or more")
     if job.get("status", "pending") not in JOB_STATUSES:
@@ -201,17 +210,19 @@ def _saved_targets(saved, jobs: list[Job], path: Path) -> dict:
     if not isinstance(saved, dict):
         raise _bad(path, "envs", saved, "it must map each env to how it is reached")
     names = {f.name for f in fields(Target)} - {"named"}
-    for env in labels:
+    for env in dict.fromkeys([*labels, *saved]):  # every env a job runs in, and any other
         target = saved.get(env)
         if not isinstance(target, dict) or set(target) - names:
             raise _bad(path, f"envs.{env}", target, "it must say how the env is reached")
+        _check_types(target, _TARGET_TYPES, f"envs.{env}", path)
         if target.get("how") not in ("env", "kernel", "here"):
             raise _bad(path, f"envs.{env}.how", target.get("how"), "use env, kernel or here")
         key = "python" if target["how"] == "here" else "kernel"
-        if not isinstance(target.get(key), str) or not target[key]:
+        if not target.get(key):
             raise _bad(path, f"envs.{env}.{key}", target.get(key), "it must be a non-empty string")
-        if not isinstance(target.get("devices"), (list, type(None))):
-            raise _bad(path, f"envs.{env}.devices", target.get("devices"), "it must be a list")
+        if not all(isinstance(d, str) for d in target.get("devices") or []):
+            raise _bad(path, f"envs.{env}.devices", target["devices"],
+                       "it must be a list of device names")
         if target.get("backend") is not None and target["backend"] not in backends.SUPPORTED:
             raise _bad(path, f"envs.{env}.backend", target["backend"],
                        f"use one of {', '.join(backends.SUPPORTED)}")

@@ -8,13 +8,15 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import functools
+import itertools
 import json
 import math
 import os
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpubench import backends, machine
 from gpubench import telemetry as gb_telemetry
@@ -260,36 +262,68 @@ def skipped(message: str, problems: list[str] | None = None) -> None:
         problems.append(message)
 
 
+# Unreadable lines named one by one (file:line) per file; the rest are counted in one line.
+NAMED_UNREADABLE = 5
+MAX_LINE_BYTES = 16 * 2**20  # far above any record; a longer line is read past, never kept whole
+_REASON_CHARS = 200  # what a warning keeps of why a line is unreadable
+
+
+def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(number, line) of a binary file, one line in memory at a time; None for a line over
+    MAX_LINE_BYTES, whose rest is read past in chunks."""
+    for number in itertools.count(1):
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):
+                line = handle.readline(2**20)
+            yield number, None
+            continue
+        yield number, line.rstrip(b"\r\n")
+
+
 def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                  origin: bool = False) -> list[dict]:
     """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
 
-    The file is read line by line as bytes: a line that is not UTF-8, not JSON or not a valid
-    record is skipped with a warning naming file and line, also added to `problems`; a UTF-8
-    byte-order mark is accepted. With `origin`, each record gets "_origin": "FILE:LINE".
+    The file is streamed line by line as bytes: a line that is not UTF-8, not JSON or not a
+    valid record is skipped. The first NAMED_UNREADABLE of them get a warning naming file and
+    line (also added to `problems`), the rest one warning with their count, so junk cannot
+    flood a report. A UTF-8 byte-order mark is accepted. With `origin`, each record gets
+    "_origin": "FILE:LINE".
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
+    records, unreadable, last = [], 0, 0
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            for number, line in _lines(handle):
+                if number == 1 and line and line.startswith(BOM):
+                    line = line[len(BOM):]
+                if line is not None and not line.strip():
+                    continue
+                try:
+                    if line is None:
+                        raise ValueError(f"a line longer than {MAX_LINE_BYTES:,} bytes, not a "
+                                         "record gpubench writes")
+                    record = parse_line(line)
+                except ValueError as exc:
+                    unreadable, last = unreadable + 1, number
+                    if unreadable <= NAMED_UNREADABLE:
+                        skipped(f"{path}:{number}: skipped: {str(exc)[:_REASON_CHARS]}", problems)
+                    continue
+                records.append(record | {"_origin": f"{path}:{number}"} if origin else record)
     except OSError as exc:
         raise ResultsPathError(
             f"cannot read results from {str(path)!r}: {read_problem(exc)}") from None
-    if data.startswith(BOM):
-        data = data[len(BOM):]
-    records = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = parse_line(line.rstrip(b"\r"))
-        except ValueError as exc:
-            skipped(f"{path}:{number}: skipped: {exc}", problems)
-            continue
-        records.append(record | {"_origin": f"{path}:{number}"} if origin else record)
+    if unreadable > NAMED_UNREADABLE:
+        more = unreadable - NAMED_UNREADABLE
+        skipped(f"{path}: skipped {unreadable} unreadable lines in all: {more} more after the "
+                f"{NAMED_UNREADABLE} named, the last at line {last}", problems)
     return records
 
 

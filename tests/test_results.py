@@ -239,3 +239,55 @@ def test_a_results_file_that_is_a_directory_is_a_read_error_naming_it(tmp_path):
     with pytest.raises(results.ResultsPathError, match="cannot read results from .*results.jsonl"
                                                        ".*: it is a directory"):
         results.read_records(tmp_path)
+
+
+def _junk(count: int) -> bytes:
+    """`count` unreadable lines, half text and half binary (no newline inside)."""
+    text = [f'junk {i} {{"schema": 3, cut off'.encode() for i in range(count // 2)]
+    binary = [bytes([0xFF, 0xFE, 0x80 + i % 100, 0x00]) * (1 + i % 7) for i in range(count - count // 2)]
+    return b"\n".join(line for pair in zip(text, binary) for line in pair) + b"\n"
+
+
+def test_a_file_of_junk_lines_is_counted_and_the_report_stays_its_size(tmp_path):
+    """100,000 junk lines: a few named with file:line, one count, and report.md about the size
+    of the clean one; the records around them all read."""
+    from gpubench.report.document import compose
+
+    path = tmp_path / "results.jsonl"
+    good = [json.dumps(_record(size=size)) for size in (100, 200)]
+    path.write_text("\n".join(good) + "\n")
+    clean, _ = compose([tmp_path], draw=False)
+    with path.open("ab") as handle:
+        handle.write(_junk(100_000))
+        handle.write((good[1] + "\n").encode())
+    problems = []
+    with pytest.warns(UserWarning) as warned:
+        records = results.read_records(path, problems)
+        text, _ = compose([tmp_path], draw=False)
+    assert len(records) == 3
+    shown = results.NAMED_UNREADABLE
+    assert [p.split(": skipped")[0] for p in problems[:shown]] == [
+        f"{path}:{n}" for n in range(3, 3 + shown)]
+    assert len(problems) == shown + 1 and problems[-1] == (
+        f"{path}: skipped 100000 unreadable lines in all: {100_000 - shown} more after the "
+        f"{shown} named, the last at line 100002")
+    assert len(warned) == 2 * (shown + 1)  # the read here, and the report's own
+    assert "skipped 100000 unreadable lines" in text and f"{path}:{3 + shown}:" not in text
+    assert len(text) - len(clean) < 2500, text[len(clean) - 200:]
+
+
+def test_a_line_too_long_to_be_a_record_is_read_past_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "MAX_LINE_BYTES", 10_000)
+    seen = []
+    real = results.parse_line
+    monkeypatch.setattr(results, "parse_line", lambda line: seen.append(len(line)) or real(line))
+    good = json.dumps(_record())
+    assert len(good) < 10_000
+    path = tmp_path / "results.jsonl"
+    path.write_text(good + "\n" + "x" * 50_000 + "\n" + good + "\n")
+    problems = []
+    with pytest.warns(UserWarning):
+        assert len(results.read_records(path, problems)) == 2
+    assert problems == [f"{path}:2: skipped: a line longer than 10,000 bytes, not a record "
+                        "gpubench writes"]
+    assert max(seen) < 10_000  # the long line never reached the parser

@@ -102,3 +102,25 @@ def test_run_json_nested_too_deep_is_bad_input_for_resume_and_report(capsys, tmp
     assert code == 0 and "Traceback" not in err
     text = (tmp_path / "report.md").read_text()
     assert f"{tmp_path / 'run.json'}: unreadable job list (RecursionError" in text
+
+
+# ---- a resume whose kernel cannot start uses no attempt
+
+def test_resume_of_a_kernel_whose_python_is_gone_exits_2_using_no_attempt(capsys, tmp_path,
+                                                                          monkeypatch):
+    gone = tmp_path / "gone" / "bin" / "python"
+    spec = tmp_path / "jupyter" / "kernels" / "my-kernel"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(gone), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "mine", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = _run_dir(tmp_path / "r", envs={"cpu": {**CPU_ENV, "kernel": "my-kernel",
+                                                     "python": str(gone)}})
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert (f"envs.cpu.kernel 'my-kernel' cannot start: its Python '{gone}' no longer exists; "
+            "register that kernel again") in err
+    jobs = json.loads((run_dir / "run.json").read_text())["jobs"]
+    assert [(j["status"], j["attempt"]) for j in jobs] == [("pending", 0)] * 2

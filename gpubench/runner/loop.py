@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from gpubench import envs, notebook, results
 from gpubench import params as nb_params
 from gpubench.rundir import UsageError
-from gpubench.runner.arguments import check_notebooks, check_params
+from gpubench.runner.arguments import NEW_RUN, check_notebooks, check_params
 from gpubench.runner.jobs import execute
 from gpubench.runner.kernels import _Stop, register_provisioner, signals_stop_the_run
 from gpubench.runner.manifest import MANIFEST, Job, load_run, new_run, save_jobs, target_of
@@ -77,6 +78,9 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                 run_dir, manifest, jobs = load_run(resume, profile, stack)
                 targets = {env: target_of(manifest, env) for env in manifest["envs"]}
                 check_reachable(targets, run_dir / MANIFEST)
+                check_kernels_start({e: t for e, t in targets.items()
+                                     if any(j.env == e and j.status != "ok" for j in jobs)},
+                                    run_dir / MANIFEST)
             else:
                 profile = nb_params.resolve_profile(profile) if profile else "full"
                 notebook_list = check_notebooks(notebooks)
@@ -96,6 +100,25 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             except KeyboardInterrupt:  # before the first notebook: run.json is as it was
                 _interrupted(run_dir)
                 return 130
+
+
+def check_kernels_start(targets: dict[str, Target], path: Path) -> None:
+    """On resume, before any attempt is claimed: the kernel of each env with work left can start
+    (the Python its kernel spec runs exists), else a UsageError naming the kernel and the fix."""
+    from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - `run` only
+
+    for env, target in targets.items():
+        if target.how == "here":
+            continue  # check_reachable looked for its Python
+        argv = KernelSpecManager().get_kernel_spec(target.kernel).argv
+        python = argv[0] if argv else ""
+        if not shutil.which(python):
+            fix = (f"re-create the env with {envs.SETUP_COMMANDS.get(env, '`make setup`')}"
+                   if target.how == "env" else "register that kernel again with a Python that "
+                   "exists (`jupyter kernelspec list` shows where it is)")
+            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} cannot start: its "
+                             f"Python {python!r} no longer exists; {fix}, then resume, or "
+                             f"{NEW_RUN}")
 
 
 def _interrupted(run_dir: Path) -> None:

@@ -124,3 +124,19 @@ def test_resume_of_a_kernel_whose_python_is_gone_exits_2_using_no_attempt(capsys
             "register that kernel again") in err
     jobs = json.loads((run_dir / "run.json").read_text())["jobs"]
     assert [(j["status"], j["attempt"]) for j in jobs] == [("pending", 0)] * 2
+
+
+# ---- KERAS_BACKEND is read as Keras reads it: no spaces stripped
+
+def test_keras_backend_with_spaces_is_refused_up_front_naming_the_value(capsys, tmp_path,
+                                                                        monkeypatch):
+    from gpubench import backends, envs
+
+    monkeypatch.setenv("KERAS_BACKEND", " tensorflow ")
+    monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
+    with pytest.raises(backends.BackendError, match="KERAS_BACKEND=' tensorflow '"):
+        backends.requested()
+    code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
+    assert code == 2 and "KERAS_BACKEND=' tensorflow ': unknown Keras backend; use one of " \
+                         "tensorflow, jax" in err, err
+    assert not (tmp_path / "r").exists()

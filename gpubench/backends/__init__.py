@@ -50,12 +50,13 @@ def prepare_environment() -> None:
 
 
 def requested() -> str:
-    """The backend Keras will load, by Keras's rule, checked: BackendError for one not supported."""
-    name = os.environ.get("KERAS_BACKEND", "").strip()
+    """The backend Keras will load, by Keras's rule (which strips no spaces), checked:
+    BackendError for one not supported."""
+    name = os.environ.get("KERAS_BACKEND", "")
     if not name:
         config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
         try:
-            name = str(json.loads(config.read_text()).get("backend", "")).strip()
+            name = str(json.loads(config.read_text()).get("backend", ""))
         except (OSError, ValueError, AttributeError):
             name = ""
     return check_name(name or "tensorflow")

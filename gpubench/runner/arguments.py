@@ -49,8 +49,7 @@ def check_backend(value: str | None, where: str = "") -> str:
     """The Keras backend a kernel will load (`value`, its KERAS_BACKEND, else Keras's own rule);
     UsageError naming `where` for one gpubench cannot run (torch, a typo)."""
     try:
-        return (backends.check_name(value.strip()) if value and value.strip()
-                else backends.requested())
+        return backends.check_name(value) if value else backends.requested()
     except backends.BackendError as exc:
         raise UsageError(f"{where}: {exc}" if where else str(exc)) from None
 

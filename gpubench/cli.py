@@ -29,7 +29,8 @@ def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.Arg
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpubench", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="How much faster does TensorFlow run on your GPU than on your CPU?",
+        description="How much faster does Keras run on your GPU than on your CPU? On TensorFlow "
+                    "(the book's) or JAX,\nthe backend each env's KERAS_BACKEND names.",
         epilog="examples:\n"
                "  gpubench setup                # the CPU env (and the GPU env if a GPU is found)\n"
                "  gpubench run --profile quick  # every notebook in every env, then the report\n"
@@ -165,17 +166,27 @@ def os_problem(exc: OSError) -> str:
 _PACKAGES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "jaxlib": "JAX"}
 
 
-def missing_module(exc: ModuleNotFoundError, command: str) -> str:
-    """One line for a module this Python lacks: which env to use, or `make setup`."""
-    name = (exc.name or str(exc)).split(".")[0]
+def _use_instead(name: str, command: str) -> str:
+    """What to do about module `name` missing here: in a checkout, its env's Python or `make
+    setup`; outside one (a wheel), pip install into this Python."""
     python = sys.executable
+    if machine.checkout() is None:
+        extra = {"tensorflow": "gpubench[cpu]", "jax": "gpubench[jax]", "jaxlib": "gpubench[jax]"}
+        return f"install it: `{python} -m pip install '{extra.get(name, name)}'`"
     try:
         driver = envs.driver_python()
     except Exception:  # noqa: BLE001 - no env yet, or conda broken: `make setup` is the way
         driver = None
-    other = driver and os.path.exists(driver) and os.path.abspath(driver) != python
-    use = (f"run it with the env `make setup` created: `{driver} -m gpubench {command}`" if other
-           else "run `make setup`, then use `make run` or .venv/bin/gpubench")
+    if driver and os.path.exists(driver) and os.path.abspath(driver) != python:
+        return f"run it with the env `make setup` created: `{driver} -m gpubench {command}`"
+    return "run `make setup`, then use `make run` or .venv/bin/gpubench"
+
+
+def missing_module(exc: ModuleNotFoundError, command: str) -> str:
+    """One line for a module this Python lacks: which env to use, `make setup`, or pip."""
+    name = (exc.name or str(exc)).split(".")[0]
+    python = sys.executable
+    use = _use_instead(name, command)
     if name == "tensorflow":
         backend = os.environ.get("KERAS_BACKEND") or "tensorflow (the default)"
         jax = ("JAX is installed here: set KERAS_BACKEND=jax to use it" if
@@ -184,8 +195,9 @@ def missing_module(exc: ModuleNotFoundError, command: str) -> str:
                 f"{use}; {jax}")
     if name in ("jax", "jaxlib"):
         return (f"JAX is not installed in {python}, and KERAS_BACKEND=jax asks for it; "
-                "`make setup BACKENDS=tensorflow,jax` makes a JAX env (kernel gpubench-jax-cpu), "
-                f"or `{python} -m pip install jax`, or unset KERAS_BACKEND to use TensorFlow")
+                + (f"{envs.setup_command('jax-cpu')} makes a JAX env (kernel gpubench-jax-cpu), "
+                   f"or `{python} -m pip install jax`" if machine.checkout() else use)
+                + ", or unset KERAS_BACKEND to use TensorFlow")
     return f"{_PACKAGES.get(name, name)} is not installed in {python}; {use}"
 
 

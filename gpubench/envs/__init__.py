@@ -43,7 +43,9 @@ from gpubench.envs.names import (
     env_name,
     is_gpu_env,
     kernel_name,
+    no_gpu_hint,
     parse_backends,
+    setup_command,
 )
 from gpubench.envs.probing import probe, probe_python
 from gpubench.envs.pythons import conda_envs, driver_python, find_conda
@@ -54,6 +56,6 @@ __all__ = [
     "SETUP_COMMANDS", "STANDARD_ENVS", "VENV_DIRS", "VENV_PYTHONS", "EnvError", "backend_of",
     "checkout_kernels_dir", "conda_envs", "display_name", "driver_python", "env_name",
     "envs_report", "find_conda", "foreign_kernel", "gpu_requested", "is_gpu_env", "kernel_name",
-    "kernel_specs", "locked", "notebooks_dir", "parse_backends", "probe", "probe_python",
-    "setup", "use_checkout_kernels", "user_jupyter_dir",
+    "kernel_specs", "locked", "no_gpu_hint", "notebooks_dir", "parse_backends", "probe",
+    "probe_python", "setup", "setup_command", "use_checkout_kernels", "user_jupyter_dir",
 ]

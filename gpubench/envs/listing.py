@@ -7,8 +7,7 @@ from pathlib import Path
 
 from gpubench import machine  # stdlib-only at import
 from gpubench.envs import kernels, probing
-from gpubench.envs.names import ENVS, SETUP_COMMANDS, backend_of, is_gpu_env, kernel_name
-from gpubench.machine import project_root
+from gpubench.envs.names import ENVS, backend_of, is_gpu_env, kernel_name, setup_command
 
 
 def _gpu_cell(info: dict) -> str:
@@ -33,14 +32,15 @@ def _problems(info: dict) -> list[str]:
     expected = backend_of(info["env"])
     if info["backend"] and info["backend"] != expected:
         lines.append(warning + f"runs Keras on {info['backend']}, not {expected}; register it "
-                     f"again with {SETUP_COMMANDS.get(info['env'], SETUP_COMMANDS['cpu'])}")
+                     f"again with {setup_command(info['env'])}")
     if is_gpu_env(info["env"]) and not info["gpus"]:
         lines.append(warning + f"GPU env, but {info['backend'] or expected} sees no GPU: "
                      f"{(info['diagnosis'] or '').strip() or 'run `gpubench doctor` in that env'} "
                      f"(`{info['executable']} -m gpubench doctor`)")
-    if info["checkout"] and Path(info["checkout"]) != project_root():
+    ours = machine.checkout()
+    if ours and info["checkout"] and Path(info["checkout"]) != ours:
         lines.append(warning + f"runs the gpubench of {info['checkout']}, not of this checkout; "
-                     "run `make setup` here")
+                     f"run `make setup` in {ours}")
     return lines
 
 
@@ -49,8 +49,9 @@ def envs_report() -> str:
     checkout each runs), with the fix for each missing or broken env."""
     specs = kernels.kernel_specs()
     probes = [probing.probe(env) for env in specs]
-    lines = [f"gpubench environments (Jupyter kernels named {kernel_name('ENV')}; "
-             f"this checkout: {project_root()}):", ""]
+    ours = machine.checkout()
+    where = f"this checkout: {ours}" if ours else f"gpubench installed in {machine.project_root()}"
+    lines = [f"gpubench environments (Jupyter kernels named {kernel_name('ENV')}; {where}):", ""]
     if probes:
         rows = [["env", "kernel", "backend", "version", "GPU", "python",
                  "checkout (gpubench it runs)"]]
@@ -68,7 +69,7 @@ def envs_report() -> str:
         optional = " (optional: Keras on JAX)" if backend_of(env) == "jax" else ""
         notes.append(f"{env}: not set up{optional} (no kernel {kernel_name(env)}); " + (
             "this machine has no NVIDIA GPU (nvidia-smi not found or lists none)"
-            if is_gpu_env(env) and not smi else f"create it with {SETUP_COMMANDS[env]}"))
+            if is_gpu_env(env) and not smi else f"create it with {setup_command(env)}"))
     for info in probes:
         notes += _problems(info)
     if notes:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpubench import backends  # stdlib-only at import
+from gpubench import backends, machine  # stdlib-only at import
+from gpubench.records import BACKEND_TITLES
 
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs
@@ -25,6 +26,27 @@ SETUP_COMMANDS = {
     "jax-cpu": f"`make setup {_JAX} --backends tensorflow,jax`)",
     "jax-gpu": f"`make setup GPU=1 {_JAX} --gpu --backends tensorflow,jax`)",
 }
+
+
+def setup_command(env: str = "cpu") -> str:
+    """The command that makes env `env` where the user is: the checkout's `make setup ...`, else
+    (a wheel, no Makefile) pip's extra of gpubench, then `gpubench run --here` in that Python."""
+    if machine.checkout() is not None:
+        return SETUP_COMMANDS.get(env, SETUP_COMMANDS["cpu"])
+    backend = backend_of(env)
+    chosen = "" if backend == "tensorflow" else f"KERAS_BACKEND={backend} "
+    own = " in a Python of its own" if is_gpu_env(env) else ""
+    return (f"`pip install 'gpubench[{EXTRAS.get(env, 'cpu')}]'`{own}, then "
+            f"`{chosen}gpubench run --here` in that Python")
+
+
+def no_gpu_hint(backend: str) -> str:
+    """Where a chapter that saw no GPU on `backend` gets one: that backend's GPU env, and the
+    command that makes it where the user is."""
+    env = env_name(backend, True)
+    where = (f"in the {kernel_name(env)} kernel" if machine.checkout() is not None
+             else f"where {BACKEND_TITLES.get(backend, backend)} sees a GPU")
+    return f"Run this notebook {where}: {setup_command(env)}. Or see `gpubench doctor`."
 
 
 class EnvError(RuntimeError):

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 
 from gpubench.envs import kernels
-from gpubench.envs.names import SETUP_COMMANDS, kernel_name
+from gpubench.envs.names import kernel_name, setup_command
 
 
 def _first_json(text: str) -> dict | None:
@@ -44,8 +44,8 @@ def probe_python(argv: list[str], env: dict | None = None, timeout: float = 120)
         return {**doc, "error": None}
     said = (done.stderr.strip() or done.stdout.strip()).splitlines()
     if any("No module named gpubench" in line for line in said):
-        return {"error": f"gpubench is not installed in {argv[0]}; `make setup` installs it in "
-                         "the envs it makes (elsewhere: `pip install` gpubench there)"}
+        return {"error": f"gpubench is not installed in {argv[0]}; install it there "
+                         f"({setup_command()})"}
     tail = " | ".join(said[-3:]) or "no output"
     return {"error": f"`{shlex.join(cmd)}` exited with code {done.returncode} and printed no "
                      f"JSON: {tail}"}
@@ -62,15 +62,15 @@ def probe(env: str, timeout: float = 120) -> dict:
     spec = kernels.kernel_specs().get(env)
     if spec is None:
         result["error"] = (f"no Jupyter kernel named {kernel!r}; create it with "
-                           f"{SETUP_COMMANDS.get(env, SETUP_COMMANDS['cpu'])}")
+                           f"{setup_command(env)}")
         return result
     argv = spec["argv"][:spec["argv"].index("-m")] if "-m" in spec["argv"] else spec["argv"][:1]
     result["executable"] = argv[0] if argv else None
     info = probe_python(argv, env={**os.environ, **spec["env"]}, timeout=timeout)
     if info["error"]:
         result["error"] = (f"its Python does not run gpubench: {info['error']}. Re-create the env "
-                           f"with `make setup`, or remove it with `jupyter kernelspec remove "
-                           f"{kernel}` (its spec: {spec['resource_dir']}/kernel.json)")
+                           f"with {setup_command(env)}, or remove it with `jupyter kernelspec "
+                           f"remove {kernel}` (its spec: {spec['resource_dir']}/kernel.json)")
         return result
     result.update({key: info[key] for key in result if key in info and key not in ("env", "gpus")})
     result["backend_version"] = info.get("backend_version") or info.get(str(info.get("backend")))

@@ -43,6 +43,11 @@ class Target:
         return [d for d in self.devices or [] if d.startswith("gpu")]
 
 
+def _or_envs() -> str:
+    """The end of a --here error: the envs `make setup` creates, in a checkout."""
+    return ", or run without --here in the envs `make setup` creates" if machine.checkout() else ""
+
+
 def env_label(backend: str, seen: list[str]) -> str:
     """An env's label from its backend and the devices it sees: cpu, gpu, jax-cpu, jax-gpu."""
     kind = "gpu" if any(d.startswith("gpu") for d in seen) else "cpu"
@@ -89,13 +94,12 @@ def here_target() -> tuple[str, Target]:
     for module, package in HERE_NEEDS.items():
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--here: {module} is not installed in {python}; install it "
-                             f"(`{python} -m pip install {package}`) or run without --here in the "
-                             "envs `make setup` creates")
+                             f"(`{python} -m pip install {package}`)" + _or_envs())
     check_backend(os.environ.get("KERAS_BACKEND"), "--here")
     target = Target(how="here", python=python, named=True)
     if error := _probe(target, here_env(target)):
-        raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env, or run "
-                         "without --here in the envs `make setup` creates")
+        raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env"
+                         + _or_envs())
     return env_label(target.backend, target.devices), target
 
 
@@ -128,8 +132,9 @@ def check_envs(names: list[str] | None) -> dict[str, Target]:
     if names is None:
         if not specs:
             raise UsageError("no env is set up (no Jupyter kernel named "
-                             f"{envs.kernel_name('ENV')}); run `make setup`, or "
-                             "`gpubench run --here` to use this Python")
+                             f"{envs.kernel_name('ENV')}); "
+                             + ("run `make setup`, or " if machine.checkout() else "")
+                             + "`gpubench run --here` to use this Python")
         # the book's TensorFlow envs; other backends' envs only when named (--envs jax-cpu)
         book = {env: spec for env, spec in specs.items() if envs.backend_of(env) == "tensorflow"}
         return {env: _standard_target(env, spec, named=False)
@@ -149,7 +154,7 @@ def check_envs(names: list[str] | None) -> dict[str, Target]:
                                  "set up)")
             raise UsageError(f"--envs {env}: env {env!r} is not set up (no kernel "
                              f"{envs.kernel_name(env)}); create it with "
-                             f"{envs.SETUP_COMMANDS.get(env, '`make setup`')}, or leave it out")
+                             f"{envs.setup_command(env)}, or leave it out")
         targets[env] = _standard_target(env, specs[env], named=True)
     return targets
 
@@ -171,7 +176,7 @@ def check_reachable(targets: dict[str, Target], path: Path) -> None:
                                  f"{NEW_RUN}")
         elif _kernel_spec(target.kernel or "") is None:
             raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} is no longer a Jupyter "
-                             f"kernel; register it again (`make setup`), or {NEW_RUN}")
+                             f"kernel; register it again ({envs.setup_command(env)}), or {NEW_RUN}")
 
 
 def env_problems(targets: dict[str, Target]) -> dict[str, tuple[str, str]]:
@@ -185,7 +190,7 @@ def env_problems(targets: dict[str, Target]) -> dict[str, tuple[str, str]]:
             continue  # `--here` and `--kernel` were probed when chosen
         spec = specs.get(target.kernel)
         if spec is None:
-            setup = envs.SETUP_COMMANDS.get(env, "`make setup`")
+            setup = envs.setup_command(env)
             problems[env] = ("skipped", f"env {env!r} is not set up (no kernel {target.kernel}); "
                                         f"create it with {setup}")
             continue

@@ -13,8 +13,10 @@ image shape (MNIST and Fashion-MNIST, 28x28 grey; CIFAR-10 is 32x32 colour).
 from __future__ import annotations
 
 import ast
+import errno
 import os
 import re
+import stat
 from typing import Any
 
 PROFILES = ("full", "quick")
@@ -241,6 +243,30 @@ def check_value(name: str, value, *, virtual_cpus: bool = False):
         return check_source(value)
     if not isinstance(value, (str, os.PathLike)):  # results_path, env_name, data_dir
         raise ParameterError(f"{name} must be a path or a name (a string), got {value!r}")
+    return check_folder(name, value) if name in FOLDERS else value
+
+
+FOLDERS = ("data_dir",)  # parameters naming a folder that must exist when given
+
+
+def check_folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
+    """A folder parameter as the OS takes it (not too long) and naming an existing folder; else
+    a ParameterError naming it, before anything runs."""
+    text = str(value)
+    shown = repr(text) if len(text) <= 80 else f"{text[:40]!r}... ({len(text)} characters)"
+    try:
+        mode = os.stat(os.path.expanduser(text)).st_mode
+    except ValueError:  # a NUL character
+        raise ParameterError(f"{name} {shown} holds a NUL character; give a folder") from None
+    except OSError as exc:
+        why = ("is too long for this system" if exc.errno == errno.ENAMETOOLONG
+               else "does not exist" if exc.errno in (errno.ENOENT, errno.ENOTDIR)
+               else f"cannot be read ({exc.strerror})")
+        raise ParameterError(f"{name} {shown} {why}; give the folder holding the dataset's "
+                             "files") from None
+    if not stat.S_ISDIR(mode):
+        raise ParameterError(f"{name} {shown} is a file, not a folder; give the folder holding "
+                             "the dataset's files")
     return value
 
 

@@ -4,13 +4,15 @@ a half-written file.
 RUN_DIR/run.lock is flock-ed by the process using the directory (`gpubench run`, `--resume`,
 `gpubench scaling`'s launcher or worker 0); the OS drops the lock when that process dies.
 Files are written through a temp file of this process's own and `os.replace`, so a reader
-sees the old file or the new one, and two writers never share a temp file.
+sees the old file or the new one, and two writers never share a temp file; the process that
+takes the lock next removes the temp files of a writer killed mid-write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,11 +70,41 @@ def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {run_dir / LOCK}: {results.write_problem(exc)}; free "
                          f"some space or make {run_dir} writable") from None
+    if removed := remove_leftovers(run_dir):
+        print(f"Removed {len(removed)} temp file(s) that an interrupted writer left in {run_dir}: "
+              + ", ".join(p.name for p in removed), flush=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists
+        return True
+    return True
+
+
+def remove_leftovers(run_dir: Path) -> list[Path]:
+    """Remove the temp files of `write_atomic` whose writer is dead (killed mid-write); a live
+    writer's (a `gpubench report` now) stay. Returns those removed."""
+    removed = []
+    for path in sorted(run_dir.glob(".*.tmp")):
+        match = _TEMP.fullmatch(path.name)
+        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+_TEMP = re.compile(r"\..+\.(\d+)\.tmp")  # write_atomic's temp file: .NAME.PID.tmp
 
 
 def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
-    """`save(tmp)` into a temp file beside `target`, then replace `target` with it; on any
-    failure the temp file is removed and the error raised. Returns `target`."""
+    """`save(tmp)` into a temp file beside `target` (.NAME.PID.tmp), then replace `target` with
+    it; on any failure the temp file is removed and the error raised. Returns `target`."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         save(tmp)

@@ -810,3 +810,148 @@ def test_a_run_that_records_nothing_still_has_a_report(capsys, tmp_path, monkeyp
     assert f"Report: {run_dir / 'report.md'}" in stdout
     report = (run_dir / "report.md").read_text()
     assert "performanceTest" in report and "failed" in report
+
+
+# ---- nothing accepted silently (issue 26)
+
+def _refused(capsys, tmp_path, monkeypatch, *argv: str) -> str:
+    """Run `gpubench run ... --out tmp/r` that must exit 2 with one line, no kernel, no folder."""
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    code, out, err = _main(capsys, "run", "--envs", "cpu", "--out", str(tmp_path / "r"), *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()
+    return err
+
+
+def test_p_for_a_notebook_not_in_the_run_is_refused(capsys, tmp_path, monkeypatch):
+    err = _refused(capsys, tmp_path, monkeypatch, "--notebooks", "performanceTest",
+                   "-p", "Mnist_CNN:epochs=5")
+    assert "-p Mnist_CNN:epochs: Mnist_CNN is not in this run (performanceTest)" in err
+
+
+@pytest.mark.parametrize("value,words", [
+    ("x" * 3000, "is too long for this system"),
+    ("nope/data", "does not exist"),
+    ("runs\0x", "NUL character"),
+])
+def test_a_bad_data_dir_is_refused_before_any_kernel(capsys, tmp_path, monkeypatch, value, words):
+    monkeypatch.chdir(tmp_path)
+    err = _refused(capsys, tmp_path, monkeypatch, "--notebooks", "Mnist_CNN", "-p",
+                   f"data_dir={value}")
+    assert "data_dir" in err and words in err and "Mnist_CNN" in err
+    assert len(err) < 300  # a long value is shortened, not printed whole
+
+
+def test_a_data_dir_that_is_a_file_is_refused(capsys, tmp_path, monkeypatch):
+    (tmp_path / "mnist.npz").write_text("")
+    err = _refused(capsys, tmp_path, monkeypatch, "--notebooks", "Mnist_CNN", "-p",
+                   f"data_dir={tmp_path / 'mnist.npz'}")
+    assert "is a file, not a folder" in err
+
+
+def test_a_relative_data_dir_reaches_the_kernel_as_an_absolute_path(tmp_path, monkeypatch):
+    """Kernels run in notebooks/, so `-p data_dir=data` from the user's folder is made absolute."""
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert runner.parse_params(["data_dir=data"]) == {"*": {"data_dir": str(tmp_path / "data")}}
+    runner.check_params(runner.parse_params(["data_dir=data"]), ["Mnist_CNN"])
+
+
+def test_report_of_a_missing_path_says_it_does_not_exist(capsys, tmp_path):
+    code, _, err = _main(capsys, "report", str(tmp_path / "runs" / "x"))
+    assert code == 2 and f"{tmp_path / 'runs' / 'x'} does not exist" in err
+    assert "not a run directory" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_dir_given_twice_is_read_once_with_a_note(capsys, tmp_path, monkeypatch):
+    run_dir = _run_dir(tmp_path / "r", [{**GOOD_JOB, "status": "failed", "error": "boom"}])
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning) as seen:
+        code, _, _ = _main(capsys, "report", "r", str(run_dir), "r/", "--out", "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert code == 0 and text.count("boom") == 1, text
+    assert "Runs: `r`" in text and "`r`, `r`" not in text
+    assert [str(w.message) for w in seen] == [f"{run_dir} and r are the same folder; it is read "
+                                              "once", "r is given twice; it is read once"]
+
+
+def test_two_runs_in_one_results_file_name_the_replaced_one(tmp_path):
+    from gpubench import report
+
+    path = tmp_path / "results.jsonl"
+    for run_id in ("first", "second"):
+        _record(str(path), 1)
+        lines = path.read_text().splitlines()
+        lines[-1] = json.dumps({**json.loads(lines[-1]), "run_id": run_id})
+        path.write_text("\n".join(lines) + "\n")
+    problems: list[str] = []
+    with pytest.warns(UserWarning, match="holds runs first, second"):
+        records = report.load([tmp_path], problems)
+    assert [r["run_id"] for r in records] == ["second"]
+    assert problems == [f"{path}: cpu/performanceTest holds runs first, second; shown: run "
+                        "second, whose records replace the others'"]
+
+
+# ---- no temp file survives a resume (issue 26)
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from gpubench import rundir
+
+def save(tmp):
+    tmp.write_bytes(b"half a chart")
+    print("writing", flush=True)
+    time.sleep(60)
+
+rundir.write_atomic(Path(sys.argv[1]) / "matmul_time.png", save)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_no_temp_file_after_resume(capsys, tmp_path,
+                                                                    monkeypatch, no_report):
+    run_dir = _run_dir(tmp_path / "r", [{**GOOD_JOB, "status": "ok", "attempt": 1}])
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(run_dir)], env=python_env(),
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    left = run_dir / f".matmul_time.png.{writer.pid}.tmp"
+    assert left.exists()  # what kill -9 leaves
+    live = run_dir / f".report.md.{os.getppid()}.tmp"  # a live writer's: not ours to remove
+    live.write_text("")
+    code, out, _ = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 0 and not left.exists() and live.exists()
+    assert f"Removed 1 temp file(s) that an interrupted writer left in {run_dir}: {left.name}" \
+        in out
+
+
+# ---- hints that fit where the user is (issue 26)
+
+@pytest.mark.parametrize("module,words", [
+    ("tensorflow", "-m pip install 'gpubench[cpu]'"), ("jax", "-m pip install 'gpubench[jax]'"),
+    ("jupyter_client", "-m pip install 'jupyter_client'")])
+def test_outside_a_checkout_a_missing_module_names_pip(capsys, monkeypatch, module, words):
+    def fail(args):
+        raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+
+    monkeypatch.setattr(cli.machine, "checkout", lambda: None)
+    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    code, _, err = _main(capsys, "doctor")
+    assert code == 2 and words in err and sys.executable in err
+    rest = err.replace(sys.executable, "PYTHON")
+    assert "make " not in rest and ".venv" not in rest and len(err.strip().splitlines()) == 1
+
+
+def test_outside_a_checkout_no_env_set_up_points_to_here(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.machine, "checkout", lambda: None)
+    monkeypatch.setattr(envs, "kernel_specs", lambda: {})
+    code, _, err = _main(capsys, "run", "--out", str(tmp_path / "r"))
+    assert code == 2 and "gpubench run --here" in err and "make " not in err
+
+
+def test_help_names_every_backend(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "TensorFlow" in out and "JAX" in out

@@ -31,13 +31,13 @@ from gpubench.report.document import (
     show,
 )
 from gpubench.report.format import fmt, fmt_range, md_table
-from gpubench.report.inputs import ReportWriteError, find_runs, is_run_dir, load
+from gpubench.report.inputs import ReportWriteError, find_runs, load, reportable
 from gpubench.report.telemetry import TELEMETRY_HEADERS
 from gpubench.report.training import TRAINING_HEADERS
 
 __all__ = [
     "BACKEND_HEADERS", "ENVIRONMENT_HEADERS", "JOB_WHY", "TELEMETRY_HEADERS", "TRAINING_HEADERS",
     "ReportWriteError", "backends", "build", "charts", "checks", "compose", "document",
-    "factors", "find_runs", "fmt", "fmt_range", "format", "inputs", "is_run_dir", "load",
-    "matmul", "md_table", "scaling", "show", "telemetry", "training",
+    "factors", "find_runs", "fmt", "fmt_range", "format", "inputs", "load",
+    "matmul", "md_table", "reportable", "scaling", "show", "telemetry", "training",
 ]

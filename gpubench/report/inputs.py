@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 from gpubench import results
-from gpubench.records import dedupe, label_columns, latest_attempts
+from gpubench.records import dedupe, job_of, label_columns, latest_attempts
 from gpubench.report.checks import usable
 from gpubench.report.format import first_line
 
@@ -38,9 +39,26 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
     problems = [] if problems is None else problems
     records = [record | {"_run_dir": str(run_dir)} for run_dir in run_dirs
                for record in _read(run_dir, problems)]
-    records = usable(latest_attempts(records), problems)
+    records = usable(latest_attempts(last_runs(records, problems)), problems)
     label_columns(records)
     return dedupe(records)
+
+
+def last_runs(records: list[dict], problems: list[str]) -> list[dict]:
+    """Of a job (run dir, env, notebook) whose records come from several runs (run_id) in one
+    file, only the last run's records; the replaced runs are named in `problems`."""
+    runs: dict[tuple, list] = {}
+    for r in records:
+        runs.setdefault(job_of(r), []).append(r.get("run_id"))
+    last = {}
+    for (run_dir, env, notebook), ids in runs.items():
+        ids = list(dict.fromkeys(reversed(ids)))[::-1]  # in the order each last appears
+        last[(run_dir, env, notebook)] = ids[-1]
+        if len(ids) > 1:
+            results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
+                            f"{', '.join(map(str, ids))}; shown: run {ids[-1]}, whose records "
+                            "replace the others'", problems)
+    return [r for r in records if r.get("run_id") == last[job_of(r)]]
 
 
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
@@ -74,22 +92,14 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
     return found
 
 
-def failed_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[list[str]]:
-    """[run, env, notebook, status, first line of error] of every finished job in run.json not
-    "ok" (failed, skipped, interrupted); jobs still running or pending are `unfinished`."""
-    return [job_row(job) for job in read_jobs(run_dir, problems)
-            if job["status"] not in ("ok", *UNFINISHED)]
-
-
 def job_row(job: dict) -> list[str]:
     """A job as the report's table row: [run, env, notebook, status, error]."""
     return [job["run"], job["env"], job["notebook"], job["status"], job["error"]]
 
 
-
-def is_run_dir(path: str | os.PathLike) -> bool:
-    """Whether `path` holds a run: results.jsonl, or run.json alone (a run that recorded
-    nothing)."""
+def reportable(path: str | os.PathLike) -> bool:
+    """Whether the report can read `path`: it holds results.jsonl, or run.json alone (a run that
+    recorded nothing). (`runner.is_run_dir` asks another question: did `gpubench run` start it.)"""
     path = Path(path)
     return (path / "results.jsonl").exists() or (path / "run.json").is_file()
 
@@ -103,16 +113,23 @@ def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
         run_dirs = os.environ["GPUBENCH_RUN_DIRS"].split(os.pathsep)
     if not run_dirs:
         root = results.runs_dir()
-        found = sorted(p for p in root.glob("*") if p.name != "interactive" and is_run_dir(p))
+        found = sorted(p for p in root.glob("*") if p.name != "interactive" and reportable(p))
         if not found:
             raise FileNotFoundError(
                 f"no run directory with results under {root}; "
                 "run `make run` (or `make quick`) first, or pass run_dirs=[...]")
         run_dirs = found[-1:]
-    paths = [Path(d) for d in run_dirs]
-    for path in paths:
-        if not is_run_dir(path):
-            raise FileNotFoundError(f"{str(path)!r} is not a run directory (no results.jsonl "
-                                    "or run.json); pass a folder written by `gpubench run`")
-    return paths
+    paths: dict[Path, Path] = {}  # each folder once, however it is written
+    for path in map(Path, run_dirs):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist; pass a folder written by "
+                                    "`gpubench run`")
+        if not reportable(path):
+            raise FileNotFoundError(f"{path} is not a run directory (no results.jsonl or "
+                                    "run.json); pass a folder written by `gpubench run`")
+        if (same := paths.setdefault(path.resolve(), path)) is not path:
+            twice = (f"{path} is given twice" if path == same
+                     else f"{path} and {same} are the same folder")
+            warnings.warn(f"{twice}; it is read once", stacklevel=2)
+    return list(paths.values())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -69,6 +70,8 @@ def parse_params(items: list[str] | None) -> dict[str, dict]:
             raise UsageError(f"-p {name} belongs to the runner; use {RUNNER_PARAMS[name]} instead")
         with contextlib.suppress(json.JSONDecodeError):
             value = json.loads(value)
+        if name in nb_params.FOLDERS and isinstance(value, str):  # kernels run in notebooks/
+            value = os.path.abspath(os.path.expanduser(value))
         parsed.setdefault(target, {})[name] = value
     return parsed
 
@@ -90,6 +93,9 @@ def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
                 takes = "; ".join(f"{nb} takes {', '.join(nb_params.parameter_names(nb))}"
                                   for nb in targets[scope])
                 raise UsageError(f"unknown parameter -p {name}: {takes}")
+    if outside := [scope for scope in params if scope not in ("*", *notebooks)]:
+        raise UsageError(f"-p {outside[0]}:{','.join(params[outside[0]])}: {outside[0]} is not in "
+                         f"this run ({', '.join(notebooks)}); add it to --notebooks or drop the -p")
     for nb in dict.fromkeys(nb for scope in targets for nb in targets[scope]):
         try:
             nb_params.check_params(nb, given(params, nb))

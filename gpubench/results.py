@@ -46,7 +46,7 @@ EXTRA_FIELDS = {
     "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
               "time_boxed", "steady_epoch_min", "paired_baseline_seconds", "data_verified",
-              *EPOCH_TELEMETRY),
+              "busy_region", *EPOCH_TELEMETRY),
     "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
                 "virtual_devices", "devices", "final_loss", "data_verified",
                 *EPOCH_TELEMETRY),

@@ -701,3 +701,27 @@ def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
         assert spec["metadata"]["gpubench"]["checkout"] == str(clone)
         assert spec["display_name"] == envs.display_name("cpu")
     assert (tmp_path / "user-jupyter" / "kernels" / "gpubench-cpu" / "logo-svg.svg").exists()
+
+
+def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, root, tmp_path,
+                                                                       monkeypatch):
+    """A set-up killed during ensurepip leaves a venv whose python runs but has no pip: the next
+    setup says so and rebuilds it (`venv --clear`), then installs into it."""
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")],
+                   check=True, timeout=120)
+    log = tmp_path / "python.log"
+    new_python = fake_venv(tmp_path / "made", ".venv", log)  # what the rebuild puts in place
+    maker = write_script(tmp_path / "python3",
+                         f'printf "%s\\t%s\\n" "$PWD" "$*" >> {shlex.quote(str(log))}\n'
+                         'dir="${@: -1}"; /bin/rm -rf "$dir"; /bin/mkdir -p "$dir/bin"\n'
+                         f'/bin/cp {shlex.quote(str(new_python))} "$dir/bin/python"\n')
+    monkeypatch.setattr(sys, "executable", str(maker))
+    out: list[str] = []
+    assert envs.setup(root=root, echo=out.append) == 0, "\n".join(out)
+    printed = "\n".join(out)
+    assert (".venv is broken (its pip is missing or half-installed; an interrupted set-up "
+            "leaves it so): rebuilding it") in printed
+    assert f"$ {maker} -m venv --clear .venv" in printed
+    assert argvs(log)[:2] == ["-m venv --clear .venv", "-m pip install -e .[cpu,test]"]
+    assert (root / ".venv" / ".gpubench-installed").read_text().strip() == stamp_digest(root)

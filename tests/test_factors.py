@@ -4,6 +4,7 @@ and a papermill run."""
 from __future__ import annotations
 
 import importlib
+import math
 import subprocess
 import sys
 
@@ -323,6 +324,178 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     trainer.timed(3)
+
+
+# --- GPU busy on a GPU: the busy region; % of matmul: the peak probe --------------------------
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU for the factors code on this CPU machine: NVML answers from tests/fake_pynvml (90 %
+    busy), gpu:0 resolves, and placement on it is a no-op."""
+    import contextlib
+
+    from fake_pynvml import FakeNVML
+    from gpubench import devices
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devices, "resolve", lambda name: name)
+    monkeypatch.setattr(devices, "scope", lambda name: contextlib.nullcontext(name))
+
+
+class _Clock:
+    """A hand-moved clock (seconds)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _on_device_gpu_trainer(clock, round_seconds=0.125):
+    """A GPU variant with on-device rounds of `round_seconds` on `clock` (no model, no
+    framework): its rounds so far were that short, too short for NVML."""
+    import types
+
+    trainer = _trainer("input_pipeline", (3.0, round_seconds, round_seconds),
+                       input_pipeline="on_device")
+    trainer.device, trainer.model = "gpu:0", types.SimpleNamespace(variables=[])
+    trainer.calls = 0
+
+    def rounds(steps):
+        trainer.calls += 1
+        clock.now += round_seconds
+    trainer.on_device = rounds
+    return trainer
+
+
+def test_a_short_round_variant_gets_its_gpu_busy_from_a_long_enough_region(fake_gpu):
+    clock = _Clock()
+    trainer = _on_device_gpu_trainer(clock)
+    region = trainer.measure_busy_region(clock=clock)
+    # 1 s of lead-in (8 rounds) unmonitored, then whole rounds under the Monitor for 2 s (16).
+    assert trainer.calls == 24
+    assert region["source"] == "nvml" and region["seconds"] == pytest.approx(2.0)
+    assert region["gpu_util_percent_mean"] == 90  # the fake GPU's figure, not null
+    assert factor_trainer.BUSY_REGION_SECONDS >= 2 * factor_trainer.NVML_WINDOW_SECONDS
+
+
+def test_a_busy_region_that_runs_out_of_rounds_says_so(fake_gpu):
+    clock = _Clock()
+    trainer = _on_device_gpu_trainer(clock)
+    trainer.round_seconds = [3.0, 1.0, 1.0]  # its steady pace: 1 s; a round now takes 0.125 s
+    region = trainer.measure_busy_region(clock=clock)
+    assert trainer.calls == 14  # 4 x (2 + 1) / 1 + 2 rounds: all it may run
+    assert region["seconds"] == pytest.approx(0.75)  # the 6 rounds after the lead-in's 8...
+    trainer.calls, trainer.round_seconds = 0, [3.0, 1.0, 1.0]
+    region = trainer.measure_busy_region(lead=5.0, clock=clock)  # ...or none at all
+    assert region["gpu_util_percent_mean"] is None and "lead-in" in region["reason"]
+
+
+def _measured(device, seconds, source="nvml"):
+    """A measured variant on `device` whose rounds NVML read (`source`) or not (None)."""
+    trainer = _trainer("batch_size", seconds, batch_size=1024)
+    trainer.device = device
+    trainer.round_telemetry = [dict(telemetry.unmeasured(None), source=source)] * len(seconds)
+    return trainer
+
+
+def test_the_busy_region_runs_only_on_a_gpu_for_rounds_too_short(monkeypatch):
+    ran = []
+    monkeypatch.setattr(factor_trainer.Trainer, "measure_busy_region", lambda t: ran.append(t)
+                        or dict(telemetry.unmeasured(None), source="nvml", seconds=2.1,
+                                gpu_util_percent_mean=55.0))
+    cpu = _measured("cpu", (3.0, 0.1, 0.1), source=None)
+    short = _measured("gpu:0", (3.0, 0.1, 0.1))
+    long = _measured("gpu:0", (3.0, 2.5, 2.4))
+    no_nvml = _measured("gpu:0", (3.0, 0.1, 0.1), source=None)
+    failed = _measured("gpu:0", (3.0, 0.1, 0.1))
+    failed.status = "oom"
+    said = []
+    measure._busy_regions([cpu, short, long, no_nvml, failed], "gpu:0", said.append)
+    assert ran == [short] and short.busy_region["gpu_util_percent_mean"] == 55.0
+    assert [t.busy_region for t in (cpu, long, no_nvml, failed)] == [None] * 4
+    assert said == ["gpu:0: batch 1024: GPU busy 55 % over 2.1 s of its rounds back to back "
+                    "(a round: 0.10 s, under 2 s)"]
+
+
+def test_a_failed_busy_region_keeps_the_rounds_and_says_why(monkeypatch):
+    def oom(trainer):
+        raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
+    monkeypatch.setattr(factor_trainer.Trainer, "measure_busy_region", oom)
+    short = _measured("gpu:0", (3.0, 0.1, 0.1))
+    said = []
+    measure._busy_regions([short], "gpu:0", said.append)
+    assert short.status == "ok" and short.round_seconds == [3.0, 0.1, 0.1]
+    assert short.busy_region["gpu_util_percent_mean"] is None
+    assert "the busy region failed" in said[0] and "out of memory" in said[0]
+
+
+def test_a_variants_gpu_busy_is_its_regions_else_the_median_of_its_steady_rounds():
+    region = dict(telemetry.unmeasured(None), source="nvml", seconds=2.05,
+                  gpu_util_percent_mean=61.0)
+    short = _record("gpu:0", "combined", (3.3, 0.005, 0.005), env="jax-gpu", busy_region=region,
+                    epoch_gpu_util_percent=[0.2, None, None])
+    assert short["busy_region"] == region  # a field of the schema, kept in the record
+    assert factors.gpu_busy(short) == 61.0
+    rounds = _record("gpu:0", "batch_size", (4.2, 2.3, 2.7, 2.5), env="jax-gpu", batch_size=32,
+                     epoch_gpu_util_percent=[0.5, 3.5, 3.0, 3.2])
+    assert rounds["busy_region"] is None
+    assert factors.gpu_busy(rounds) == 3.2  # round 1 (compiling) left out
+    assert factors.gpu_busy(_record()) is None  # a CPU: no figure, never a guess
+
+
+def test_the_chapter_runs_each_missing_gpu_peak_once_and_reuses_a_stored_one(tmp_path, fake_gpu,
+                                                                             monkeypatch):
+    from gpubench import matmul
+
+    probed = []
+
+    def peak(device, dtype, *, notebook, env):
+        probed.append((device, dtype))
+        return results.make_record("matmul", notebook=notebook, env=env, device=device,
+                                   size=8192, dtype=dtype, method="peak", seconds=0.01,
+                                   seconds_min=0.01, repeats=5, gflops=100_000.0)
+    monkeypatch.setattr(matmul, "peak", peak)
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    store.append(peak("gpu:0", "float32", notebook="performanceTest", env="jax-gpu"))
+    probed.clear()
+    precisions = ["float32", "mixed_float16", "mixed_bfloat16"]
+    peaks = factors.matmul_peaks(["gpu:0"], precisions, store=store, env="jax-gpu")
+    assert probed == [("gpu:0", "bfloat16"), ("gpu:0", "float16")]  # float32: performanceTest's
+    assert [r["notebook"] for r in peaks] == ["Speed_Factors", "Speed_Factors", "performanceTest"]
+    assert len(store.read()) == 3
+    again = factors.matmul_peaks(["gpu:0"], precisions, store=store, env="jax-gpu")
+    assert [(r["dtype"], r["timestamp"]) for r in again] == [
+        (r["dtype"], r["timestamp"]) for r in peaks]  # the stored ones
+    assert len(probed) == 2 and len(store.read()) == 3  # a second run measures nothing again
+    for precision in precisions:  # so no variant's "% of matmul" is n/a on this GPU
+        record = _record("gpu:0", env="jax-gpu", precision=precision)
+        assert factors.percent_of_matmul_peak(record, peaks) == pytest.approx(
+            100 * record["achieved_gflops"] / 100_000.0)
+
+
+@pytest.mark.slow  # trains: in `make test`, not in `make check`
+def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fake_gpu):
+    from gpubench import data, training
+
+    split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+                                                    max_train_samples=660, verbose=False))
+    variant = factors.Variant("batch_size", batch_size=200)
+    trainer = factor_trainer.make_trainer(variant, "mlp_h1000", "gpu:0", split, None)
+    trainer.round_seconds = [1.0, 0.01, 0.01]  # as if its rounds were far too short for NVML
+    fits = []
+    fit = trainer.model.fit
+    trainer.model.fit = lambda *a, **k: fits.append(k["epochs"]) or fit(*a, **k)
+    region = trainer.measure_busy_region(least=0.6, lead=0.1)
+    assert fits == [math.ceil(4 * 0.7 / 0.01) + 2]  # one fit call, that many epochs at most
+    assert region["source"] == "nvml" and region["gpu_util_percent_mean"] == 90
+    assert region["seconds"] >= 0.6
+    # It stopped once long enough: the optimizer took far fewer steps than the epochs allowed.
+    steps = int(trainer.model.optimizer.iterations.numpy())
+    assert steps < fits[0] * trainer.steps_per_epoch
 
 
 # --- backends: what each backend runs (pure), and the JAX feeds (in the JAX env) ----------

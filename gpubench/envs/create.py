@@ -150,8 +150,20 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
     return True
 
 
-def _create_venv(root: Path, dirname: str, echo: Callable) -> bool:
-    """Make the venv `dirname` at root with this Python; remove a half-made one on failure."""
+def _broken_venv(venv: Path) -> str | None:
+    """What an interrupted set-up left missing in an existing venv (its python, or a complete
+    pip: pip records its install last), or None when nothing is."""
+    if not venv_python(venv).exists():  # a dangling link counts as missing
+        return f"it has no {venv_python(venv).relative_to(venv)}"
+    site = "Lib/site-packages" if os.name == "nt" else "lib/python*/site-packages"
+    if (venv / "pyvenv.cfg").is_file() and not any(venv.glob(f"{site}/pip-*.dist-info/RECORD")):
+        return "its pip is missing or half-installed"
+    return None
+
+
+def _create_venv(root: Path, dirname: str, echo: Callable, clear: bool = False) -> bool:
+    """Make the venv `dirname` at root with this Python (`clear`: empty a broken one first);
+    remove a half-made one on failure."""
     if sys.version_info[:2] not in VENV_PYTHONS:
         want = ", ".join(".".join(map(str, v)) for v in VENV_PYTHONS)
         echo(
@@ -164,7 +176,7 @@ def _create_venv(root: Path, dirname: str, echo: Callable) -> bool:
     venv = root / dirname
     existed = venv.exists()
     ok = _run(
-        [sys.executable, "-m", "venv", dirname],
+        [sys.executable, "-m", "venv", *(["--clear"] if clear else []), dirname],
         f"create the venv {dirname}",
         "If the output above says ensurepip is not available: `sudo apt install python3-venv` "
         "(Debian/Ubuntu), or install conda/micromamba; then run setup again.",
@@ -179,8 +191,16 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
     """Make the venv of `name`, pip install gpubench with its extra (unless stamped), register
     its kernel."""
     dirname = VENV_DIRS[name]
-    python = venv_python(root / dirname)
-    if not python.exists() and not _create_venv(root, dirname, echo):
+    venv = root / dirname
+    python = venv_python(venv)
+    broken = _broken_venv(venv) if venv.exists() else None
+    if broken and Path(sys.prefix).resolve() == venv.resolve():
+        echo(f"\nsetup failed: {dirname} is broken ({broken}) and runs this setup; rebuild it "
+             f"with `rm -rf {shlex.quote(str(venv))} && python3 -m gpubench setup`")
+        return False
+    if broken:
+        echo(f"{dirname} is broken ({broken}; an interrupted set-up leaves it so): rebuilding it")
+    if (broken or not python.exists()) and not _create_venv(root, dirname, echo, bool(broken)):
         return False
     # The stamp holds pyproject.toml's sha256 when the venv's pip install is current.
     stamp = root / dirname / ".gpubench-installed"

@@ -8,12 +8,20 @@ fastest value. The modules:
 - `stats`: the numbers read from the records: rates, speedups with their interval and
   verdict, the crossover batch size, the share of the matmul peak (no framework);
 - `trainer`: one variant on one device, its probes and its time box;
-- `measure`: the interleaved rounds, the combination, the records (`run`).
+- `measure`: the matmul peaks, the interleaved rounds, the combination, the busy regions on a
+  GPU, the records (`run`).
 
 The tables, charts and text written from these numbers live in `gpubench.report.factors`.
 """
 
-from gpubench.factors.measure import best_settings, devices_to_measure, measure_device, run
+from gpubench.factors.measure import (
+    best_settings,
+    devices_to_measure,
+    matmul_peaks,
+    measure_device,
+    needs_busy_region,
+    run,
+)
 from gpubench.factors.rules import (
     ALWAYS_COMPILED,
     BASELINE,
@@ -37,6 +45,7 @@ from gpubench.factors.stats import (
     compare,
     crossover_batch_size,
     effects,
+    gpu_busy,
     is_factor_record,
     percent_of_matmul_peak,
     round_rates,
@@ -48,7 +57,7 @@ __all__ = [
     "ALWAYS_COMPILED", "BASELINE", "COMPUTE_DTYPE", "FACTORS", "FACTOR_NAMES", "LIST_PARAMS",
     "MODELS", "NO_TF_DATA", "TF_DATA_FIX", "XLA_NOTE", "Variant", "best_settings",
     "chapter_values", "compare", "crossover_batch_size", "devices_to_measure", "effects",
-    "factor_values", "for_backend", "for_this_backend", "is_factor_record", "label",
-    "measure_device", "percent_of_matmul_peak", "round_rates", "run", "steady_rates", "variants",
-    "verdict",
+    "factor_values", "for_backend", "for_this_backend", "gpu_busy", "is_factor_record", "label",
+    "matmul_peaks", "measure_device", "needs_busy_region", "percent_of_matmul_peak",
+    "round_rates", "run", "steady_rates", "variants", "verdict",
 ]

@@ -6,7 +6,8 @@ round r+1), so that a machine that slows down for a while slows them all alike. 
 epoch, timed from its first step to its last (a `fit` call's set-up is not counted). Then the
 combination: each factor's value that was fastest in the rounds (the baseline's where none beat
 it), trained in a second set of rounds interleaved with a fresh baseline, against which it is
-compared.
+compared. On a GPU, last, each variant whose steady rounds were shorter than
+BUSY_REGION_SECONDS trains once more in a busy region, whose NVML figure is its GPU busy %.
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpubench import backends, devices, results, telemetry  # these load no framework
-from gpubench.factors.rules import BASELINE, FACTORS, MODELS, Variant, for_this_backend, variants
+from gpubench.factors.rules import (
+    BASELINE,
+    COMPUTE_DTYPE,
+    FACTORS,
+    MODELS,
+    Variant,
+    for_this_backend,
+    variants,
+)
 from gpubench.factors.stats import compare, round_rates
-from gpubench.factors.trainer import Trainer, decide_box, prepared
+from gpubench.factors.trainer import BUSY_REGION_SECONDS, Trainer, decide_box, prepared
 from gpubench.params import positive_int
 
 
@@ -26,6 +35,18 @@ def devices_to_measure(names: Sequence[str] | None = None) -> list[str]:
     if names is None:
         names = devices.gpus_first()
     return [devices.resolve(name) for name in names]
+
+
+def matmul_peaks(device_names: Sequence[str], precisions: Sequence[str], *, store=None,
+                 env: str | None = None, notebook: str = "Speed_Factors",
+                 progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """The matmul peak record of every device at every compute dtype of `precisions`: the one
+    this env already stored (performanceTest's, say), else a probe run now and stored."""
+    from gpubench import matmul  # noqa: PLC0415 - importing it loads the framework
+
+    dtypes = sorted({COMPUTE_DTYPE[p] for p in precisions})
+    return matmul.peaks_for(device_names, dtypes, store=store, env=env, notebook=notebook,
+                            progress=progress)
 
 
 def best_settings(trainers: Sequence[Trainer]) -> dict:
@@ -84,6 +105,35 @@ def _rounds(trainers: Sequence[Trainer], device: str, epochs: int, baseline_epoc
             f"({time.perf_counter() - start:.1f} s)")
 
 
+def needs_busy_region(trainer: Trainer) -> bool:
+    """Whether a measured variant gets a busy region: on a GPU whose rounds NVML read, when a
+    steady round was shorter than BUSY_REGION_SECONDS (never on a CPU)."""
+    return (trainer.status == "ok" and trainer.device.startswith("gpu")
+            and len(trainer.round_seconds) >= 2
+            and any((t or {}).get("source") == "nvml" for t in trainer.round_telemetry)
+            and min(trainer.round_seconds[1:]) < BUSY_REGION_SECONDS)
+
+
+def _busy_regions(trainers: Sequence[Trainer], device: str, say: Callable[[str], None]) -> None:
+    """A busy region for every variant that needs one; one that fails keeps its rounds, and the
+    region's telemetry says why it has no figure."""
+    for t in trainers:
+        if not needs_busy_region(t):
+            continue
+        try:
+            t.busy_region = t.measure_busy_region()
+        except Exception as exc:  # noqa: BLE001 - the rounds stand; the region says why not
+            t.busy_region = telemetry.unmeasured(
+                f"the busy region failed: {backends.failure(exc)[1]}")
+        region, pace = t.busy_region, min(t.round_seconds[1:])
+        if region.get("gpu_util_percent_mean") is None:
+            say(f"{device}: {t.variant.label}: no GPU busy figure: {region.get('reason')}")
+        else:
+            say(f"{device}: {t.variant.label}: GPU busy {region['gpu_util_percent_mean']:.0f} % "
+                f"over {region['seconds']:.1f} s of its rounds back to back (a round: "
+                f"{pace:.2f} s, under {BUSY_REGION_SECONDS:g} s)")
+
+
 def measure_device(
     model_name: str,
     split,
@@ -110,6 +160,7 @@ def measure_device(
     pair[1].evaluate(split)
     if pair[0].status == "ok":
         pair[1].paired_baseline_seconds = pair[0].round_seconds
+    _busy_regions([*trainers, pair[1]], device, say)  # after evaluate: they train further
     return [*trainers, pair[1]]
 
 
@@ -140,7 +191,7 @@ def _record(trainer: Trainer, split, *, data, model_name: str, epochs: int, env:
     record = results.make_record(
         "train", **times, steady_epoch_min=min(trainer.round_seconds[1:]),
         test_accuracy=trainer.test_accuracy, test_loss=trainer.test_loss,
-        paired_baseline_seconds=trainer.paired_baseline_seconds,
+        paired_baseline_seconds=trainer.paired_baseline_seconds, busy_region=trainer.busy_region,
         steps_measured=trainer.steps_done, time_boxed=trainer.boxed_steps is not None, **common)
     # Its rate: the fastest steady round, counting only the steps a time-boxed round measured.
     record["samples_per_second"] = max(round_rates(record))

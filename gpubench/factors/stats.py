@@ -1,6 +1,6 @@
 """The numbers the chapter and the report read from Speed_Factors records: each round's rate,
 a variant against its baseline with its interval and verdict, the CPU-GPU crossover batch size,
-and the share of the matmul peak. Loads no ML framework.
+the share of the matmul peak, and the GPU's busy %. Loads no ML framework.
 
 Statistic: the fastest steady round (rounds 2..n) per sample, the same for baseline and
 variant, with the median beside it. Uncertainty: the range of the per-round ratios
@@ -134,3 +134,12 @@ def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | Non
     if not peak or not record.get("achieved_gflops"):
         return None
     return 100.0 * record["achieved_gflops"] / peak
+
+
+def gpu_busy(record: dict) -> float | None:
+    """A variant's GPU busy % (NVML): its busy region's where one ran (its rounds were too short
+    for NVML), else the median of its steady rounds' figures; None where none was measured."""
+    if record.get("busy_region") is not None:
+        return record["busy_region"].get("gpu_util_percent_mean")
+    steady = [u for u in (record.get("epoch_gpu_util_percent") or [])[1:] if u is not None]
+    return statistics.median(steady) if steady else None

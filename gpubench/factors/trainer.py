@@ -3,7 +3,11 @@ and the time box of a variant far slower than the baseline.
 
 A variant whose warm-up probe projects an epoch more than BOX_FACTOR x the baseline's (a
 precision with no fast path on a CPU, say) is time-boxed: each of its rounds measures a bounded
-number of steps, and its accuracy is not measured. Keras is loaded by
+number of steps, and its accuracy is not measured.
+
+On a GPU, a variant whose rounds are too short for NVML's utilisation figure trains once more in
+a busy region (`Trainer.measure_busy_region`): its round repeated with no pause, monitored over
+at least BUSY_REGION_SECONDS after a lead-in of NVML_WINDOW_SECONDS. Keras is loaded by
 `gpubench.training`, imported inside the function that builds a model; the feeds
 (tf.data, and the training set kept on the device) live in `backends.part("feeds")`.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpubench import backends, devices, telemetry, timing  # these load no framework
@@ -22,6 +27,13 @@ from gpubench.factors.stats import steady_rates
 BOX_FACTOR = 8.0
 # Probes grow until one lasts PROBE_SECONDS (or covers an epoch).
 PROBE_SECONDS = 0.3
+# NVML's utilisation is the share of its last sample period in which a kernel ran; that period
+# is 1/6 s to 1 s depending on the GPU. A busy region first trains this long unmonitored, so that
+# the period behind its first reading holds the variant's own work, not the pause before it.
+NVML_WINDOW_SECONDS = 1.0
+# A GPU busy % comes from at least this much steady training: two of NVML's longest periods, and
+# 20 of the Monitor's 0.1 s samples. Rounds shorter than this get a busy region of this length.
+BUSY_REGION_SECONDS = 2.0
 
 
 @dataclass
@@ -44,6 +56,7 @@ class Trainer:
     status: str = "ok"
     error: str | None = None
     paired_baseline_seconds: list | None = None
+    busy_region: dict | None = None
     test_loss: float | None = None
     test_accuracy: float | None = None
 
@@ -69,17 +82,55 @@ class Trainer:
                 self.round_telemetry.append(watch.stop())
             return seconds
         clock = timing.epoch_timer(self.device if monitor else None)
-        if v.input_pipeline == "tf.data":
-            feed = self.dataset if steps is None else self.dataset.take(steps)
-            self.model.fit(feed, epochs=1, verbose=0, shuffle=False,  # the dataset shuffles
-                           callbacks=[clock])
-        else:
-            n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
-            self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=1, verbose=0,
-                           callbacks=[clock])
+        self._fit(steps, clock)
         if monitor:
             self.round_telemetry += clock.epoch_telemetry
         return clock.epoch_seconds[0]
+
+    def _fit(self, steps: int | None, callback, epochs: int = 1) -> None:
+        """`fit` for `epochs` rounds of `steps` steps (None: an epoch) on the variant's feed."""
+        v = self.variant
+        if v.input_pipeline == "tf.data":
+            feed = self.dataset if steps is None else self.dataset.take(steps)
+            self.model.fit(feed, epochs=epochs, verbose=0, shuffle=False,  # the dataset shuffles
+                           callbacks=[callback])
+        else:
+            n = len(self.x) if steps is None else min(len(self.x), steps * v.batch_size)
+            self.model.fit(self.x[:n], self.y[:n], batch_size=v.batch_size, epochs=epochs,
+                           verbose=0, callbacks=[callback])
+
+    def _on_device_region(self, region: _Region, rounds: int) -> None:
+        """Up to `rounds` on-device rounds, a sync after each, until `region` is complete."""
+        for _ in range(rounds):
+            region.round_began()
+            self.on_device(self.boxed_steps)
+            timing.sync(list(self.model.variables))
+            if region.round_ended():
+                return
+
+    def measure_busy_region(self, least: float = BUSY_REGION_SECONDS,
+                            lead: float = NVML_WINDOW_SECONDS,
+                            clock: Callable[[], float] = time.perf_counter) -> dict:
+        """The telemetry of one busy region: this variant's round trained again and again with
+        no pause (one `fit` call, or the on-device loop), a sync after each, monitored over whole
+        rounds lasting at least `least` seconds once `lead` seconds of them have run.
+
+        For a GPU variant whose rounds are too short for NVML; run it after `evaluate` (it trains
+        the model further). The region stops early, and says so in its `seconds`, only if it
+        ran out of rounds (four times those its steady rounds' pace needs).
+        """
+        region = _Region(telemetry.Monitor(self.device, clock=clock), least, lead, clock)
+        pace = max(min(self.round_seconds[1:] or [1.0]), 1e-3)
+        rounds = math.ceil(4 * (least + lead) / pace) + 2
+        try:
+            with devices.scope(self.device):
+                if self.variant.input_pipeline == "on_device":
+                    self._on_device_region(region, rounds)
+                else:
+                    self._fit(self.boxed_steps, _region_callback(region), epochs=rounds)
+        finally:
+            result = region.close()
+        return result
 
     def evaluate(self, split) -> None:
         """Test loss and accuracy after the rounds (not for a failed or time-boxed variant)."""
@@ -103,6 +154,61 @@ class Trainer:
     def probe_rate(self) -> float:
         """Samples per second at the probed cost of a step."""
         return self.variant.batch_size / self.probe_step_seconds
+
+
+class _Region:
+    """A busy region's clock: rounds run unmonitored for `lead` seconds, then whole rounds
+    under `monitor` until `least` seconds have passed."""
+
+    def __init__(self, monitor: telemetry.Monitor, least: float, lead: float,
+                 clock: Callable[[], float]) -> None:
+        self.monitor, self.least, self.lead, self.clock = monitor, least, lead, clock
+        self.began: float | None = None
+        self.watching = False
+        self.result: dict | None = None
+
+    def round_began(self) -> None:
+        """The lead-in starts with the first round (not with `fit`'s set-up)."""
+        if self.began is None:
+            self.began = self.clock()
+
+    def round_ended(self) -> bool:
+        """After a round, synced: start the Monitor once the lead-in is over; True (done) once
+        the monitored rounds have lasted `least` seconds."""
+        now = self.clock()
+        if not self.watching:
+            if now - self.began >= self.lead:
+                self.monitor.start()
+                self.watching, self.began = True, now
+            return False
+        if self.result is None and now - self.began >= self.least:
+            self.result = self.monitor.stop()
+        return self.result is not None
+
+    def close(self) -> dict:
+        """The region's telemetry; the Monitor stopped if the rounds ran out first."""
+        if self.result is None:
+            self.result = (self.monitor.stop() if self.watching else telemetry.unmeasured(
+                f"the busy region ended within its {self.lead:g} s lead-in"))
+        return self.result
+
+
+def _region_callback(region: _Region):
+    """A Keras callback that drives `region` by epochs (a round each) and stops `fit` when done."""
+    keras = backends.keras()
+
+    class RegionRounds(keras.callbacks.Callback):
+        """Syncs after every epoch and stops training when the busy region is complete."""
+
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            region.round_began()
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            timing.sync(list(self.model.variables))
+            if region.round_ended():
+                self.model.stop_training = True
+
+    return RegionRounds()
 
 
 def make_trainer(variant: Variant, model_name: str, device: str, split, learning_rate) -> Trainer:

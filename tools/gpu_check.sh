@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# The GPU check on a machine with no network (docs/backends.md, "A machine with no network"): carried wheels, carried data,
-# `gpubench run --here` on JAX: the chapters on the GPU in the full profile, a short CPU pass
-# with JAX_PLATFORMS=cpu, then one report of both. Writes OUT/gpu-check.tar.gz (the run dirs).
+# The GPU check on a machine with no network (docs/backends.md, "A machine with no network"):
+# carried wheels, carried data, `gpubench run --here` on JAX, the book's table complete on both
+# sides in one call of at most BUDGET seconds (default 530: a 9-minute device call):
+#   1. jax-gpu: performanceTest on the GPU (float32, bfloat16, float16; the aligned sizes
+#      beside the 16-bit ones) and on the CPU of the same env (float32), then the three book
+#      models, 15 epochs each (full profile);
+#   2. jax-cpu (JAX_PLATFORMS=cpu): the three book models, 15 epochs each, with what is left
+#      of the budget: the CPU half of the book's table;
+#   3. one report of both. Writes OUT/gpu-check.tar.gz (the run dirs) and OUT/report.md.
 #   WHEELS=.whl DATA=.gpudata OUT=runs/gpu-check bash tools/gpu_check.sh
+# Rehearse it on a machine without a GPU (no nvidia-smi, no GPU sweep, quick profile):
+#   REHEARSE=1 KERAS_BACKEND=jax PATH=.venv-jax/bin:$PATH bash tools/gpu_check.sh
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
-DATA=$(cd "${DATA:-.gpudata}" && pwd) || exit 1
+DATA=$(cd "${DATA:-.gpudata}" && pwd) || { echo "no data folder: set DATA" >&2; exit 1; }
 OUT=${OUT:-runs/gpu-check}
 SITE=${SITE:-/tmp/gpubench-site}
+BUDGET=${BUDGET:-530}
+REHEARSE=${REHEARSE:-}
 mkdir -p "$OUT"
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -17,24 +27,53 @@ fi
 export KERAS_BACKEND=jax PYTHONUNBUFFERED=1
 RUNS="${RUNS:-$OUT/runs}"
 mkdir -p "$RUNS"
-nvidia-smi -L
-python3 -m gpubench doctor --gpu || exit 1
+START=$SECONDS
+left() { local n=$((BUDGET - (SECONDS - START))); echo $((n > 1 ? n : 1)); }
+
+if [ -n "$REHEARSE" ]; then
+  PROFILE=quick
+  GPU_SWEEP=()
+  SWEEP_DEVICES='["cpu"]'
+else
+  PROFILE=full
+  nvidia-smi -L
+  python3 -m gpubench doctor --gpu || exit 1
+  GPU_SWEEP=(-p 'performanceTest:dtype=["float32","bfloat16","float16"]')
+  SWEEP_DEVICES='["gpu"]'
+fi
 # The MNIST chapters on Fashion-MNIST's real files; CIFAR-10 is not carried: labelled synthetic.
 DATA_ARGS=(-p "Mnist_MLP_h1000:dataset=fashion_mnist" -p "Mnist_CNN:dataset=fashion_mnist"
            -p "Mnist_MLP_h1000:data_source=dir" -p "Mnist_CNN:data_source=dir"
            -p "Mnist_MLP_h1000:data_dir=$DATA" -p "Mnist_CNN:data_dir=$DATA"
            -p "Keras_Cifar_CNN:data_source=synthetic")
-CHAPTERS=performanceTest,Mnist_MLP_h1000,Mnist_CNN,Keras_Cifar_CNN
-timeout "${GPU_SECONDS:-170}" python3 -m gpubench run --here --profile full \
-  --notebooks "$CHAPTERS" "${DATA_ARGS[@]}" -p "performanceTest:devices=[\"gpu\"]" \
-  --out "$RUNS/jax-gpu"
-echo "GPU run: exit $?"
-JAX_PLATFORMS=cpu timeout "${CPU_SECONDS:-90}" python3 -m gpubench run --here --profile full \
-  --notebooks performanceTest,Mnist_MLP_h1000 "${DATA_ARGS[@]}" \
-  -p "performanceTest:dtype=float32" -p "performanceTest:sizes=[500,1000,2000,3000,4000,5000]" \
-  -p "Mnist_MLP_h1000:epochs=5" --out "$RUNS/jax-cpu"
-echo "CPU run: exit $?"
-python3 -m gpubench report "$RUNS/jax-gpu" "$RUNS/jax-cpu" --out "$RUNS/report"
-echo "report: exit $?"
+MODELS=Mnist_MLP_h1000,Mnist_CNN,Keras_Cifar_CNN
+
+# 1. The GPU env: the sweep on the GPU, the same env's CPU sweep (float32, the book's pairing),
+#    then the three models. Each step is a run dir of its own; the report joins them.
+timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" --notebooks performanceTest \
+  -p "performanceTest:devices=$SWEEP_DEVICES" "${GPU_SWEEP[@]}" --out "$RUNS/gpu-sweep"
+echo "GPU env, sweep on its GPU: exit $? at $((SECONDS - START)) s"
+if [ -z "$REHEARSE" ]; then
+  timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" --notebooks performanceTest \
+    -p 'performanceTest:devices=["cpu"]' -p 'performanceTest:dtype="float32"' \
+    --out "$RUNS/gpu-env-cpu-sweep"
+  echo "GPU env, sweep on its CPU: exit $? at $((SECONDS - START)) s"
+fi
+timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" --notebooks "$MODELS" \
+  "${DATA_ARGS[@]}" --out "$RUNS/gpu-models"
+echo "GPU env, the three models: exit $? at $((SECONDS - START)) s"
+
+# 2. The CPU env: the same three models with JAX on the CPU only, in what is left.
+JAX_PLATFORMS=cpu timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" \
+  --notebooks "$MODELS" "${DATA_ARGS[@]}" --out "$RUNS/cpu-models"
+echo "CPU env, the three models: exit $? at $((SECONDS - START)) s"
+
+# 3. One report of every run dir (a cut-short one still reports what it measured).
+DIRS=()
+for d in gpu-sweep gpu-env-cpu-sweep gpu-models cpu-models; do
+  [ -f "$RUNS/$d/results.jsonl" ] && DIRS+=("$RUNS/$d")
+done
+python3 -m gpubench report "${DIRS[@]}" --out "$RUNS/report" 2>&1 | tail -5
+echo "report: exit ${PIPESTATUS[0]} at $((SECONDS - START)) s"
 tar -czf "$OUT/gpu-check.tar.gz" -C "$RUNS" .
 cp "$RUNS/report/report.md" "$OUT/" 2>/dev/null; head -c 6000 "$RUNS/report/report.md"

@@ -725,3 +725,43 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
     assert f"$ {maker} -m venv --clear .venv" in printed
     assert argvs(log)[:2] == ["-m venv --clear .venv", "-m pip install -e .[cpu,test]"]
     assert (root / ".venv" / ".gpubench-installed").read_text().strip() == stamp_digest(root)
+
+
+# ---- outside a checkout (a wheel): hints that exist there (issue 26)
+
+@pytest.mark.parametrize("env,inside,outside", [
+    ("cpu", "`make setup` (or `gpubench setup`)",
+     "`pip install 'gpubench[cpu]'`, then `gpubench run --here` in that Python"),
+    ("jax-gpu", "`make setup GPU=1 BACKENDS=tensorflow,jax`",
+     "`pip install 'gpubench[jax-gpu]'` in a Python of its own, then "
+     "`KERAS_BACKEND=jax gpubench run --here` in that Python"),
+])
+def test_setup_command_fits_where_gpubench_runs(monkeypatch, env, inside, outside):
+    assert envs.setup_command(env).startswith(inside)
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    assert envs.setup_command(env) == outside
+
+
+def test_no_gpu_hint_names_the_backends_own_gpu_env(monkeypatch):
+    """The JAX env's no-GPU line names gpubench-jax-gpu, never the TensorFlow kernel."""
+    assert envs.no_gpu_hint("jax").startswith(
+        "Run this notebook in the gpubench-jax-gpu kernel: `make setup GPU=1 BACKENDS=tensorflow,"
+        "jax`")
+    assert "gpubench-gpu kernel: `make setup GPU=1`" in envs.no_gpu_hint("tensorflow")
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    hint = envs.no_gpu_hint("jax")
+    assert hint.startswith("Run this notebook where JAX sees a GPU: `pip install "
+                           "'gpubench[jax-gpu]'`") and "make " not in hint
+
+
+def test_report_outside_a_checkout_calls_nothing_this_checkout(jupyter_dir, tmp_path,
+                                                              monkeypatch):
+    """A kernel of a checkout, listed by a wheel's gpubench: no "this checkout", no make."""
+    monkeypatch.setattr(machine, "nvidia_smi_gpus", lambda: [])
+    python = fake_doctor(tmp_path / "python", {**JAX_GPU, "checkout": str(ROOT)})
+    write_kernel(jupyter_dir, "gpubench-jax-cpu", str(python), env={"KERAS_BACKEND": "jax"})
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    report = envs.envs_report()
+    assert "this checkout" not in report and "make " not in report, report
+    assert f"gpubench installed in {machine.project_root()}" in report
+    assert "cpu: not set up (no kernel gpubench-cpu); create it with `pip install " in report

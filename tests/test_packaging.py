@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -280,3 +282,59 @@ def test_each_shared_run_is_read_from_one_test_file():
                         files.setdefault(shared[arg.arg], set()).add(path.name)
     assert files == {"nbval": {"test_notebooks.py"}, "quick": {"test_runner.py"},
                      "jax": {"test_jax_env.py"}}
+
+
+def _wheel_venv(base: Path) -> Path:
+    """A fresh venv with gpubench's wheel (built from a copy of this tree, so a concurrent build
+    here cannot collide) installed with --no-deps; a .pth file lends it the test env's
+    packages, so nothing is downloaded. Returns its bin folder."""
+    src = base / "src"
+    for name in ("pyproject.toml", "README.md"):
+        src.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, src / name)
+    for folder in ("gpubench", "notebooks"):
+        shutil.copytree(REPO / folder, src / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    subprocess.run([PYTHON, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(base / "dist"), str(src)], check=True, timeout=300)
+    (wheel,) = (base / "dist").glob("gpubench-*.whl")
+    venv = base / "venv"
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    paths = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    ours, lent = (subprocess.run([p, "-c", paths], capture_output=True, text=True,
+                                 check=True).stdout.strip() for p in (str(python), PYTHON))
+    (Path(ours) / "zz_test_env.pth").write_text(lent + "\n")  # after the venv's own packages
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    str(wheel)], check=True, timeout=300)
+    return venv / "bin"
+
+
+@pytest.mark.slow
+def test_a_wheel_outside_the_checkout_runs_here_into_the_users_folder(tmp_path):
+    """`gpubench run --here` of an installed wheel, from a folder of the user's: the run dir is
+    ./runs/<id> there (not site-packages), and every path it prints opens from there."""
+    bin_dir = _wheel_venv(tmp_path)
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUBENCH_") and k not in (
+               "PYTHONPATH", "VIRTUAL_ENV", "JUPYTER_PATH", "KERAS_BACKEND", "MPLBACKEND")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    where = subprocess.run(["python", "-c", "import gpubench; print(gpubench.__file__)"],
+                           cwd=user, env=env, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(tmp_path / "venv")), where.stdout  # the wheel's, not ours
+    done = subprocess.run(
+        ["gpubench", "run", "--here", "--notebooks", "performanceTest", "-p", "sizes=[64]",
+         "-p", "repeats=1", "-p", "dtype=float32", "-p", "devices=cpu"],
+        cwd=user, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    (run_dir,) = (user / "runs").iterdir()
+    assert (run_dir / "results.jsonl").is_file() and (run_dir / "report.md").is_file()
+    assert not list((tmp_path / "venv").rglob("results.jsonl"))
+    printed = re.findall(r"(?:^gpubench run |\| Results: +|^Report: )(\S+)", output, re.M)
+    assert len(printed) == 3, output[-3000:]
+    for path in printed:
+        assert (user / path).exists(), f"{path} does not open from {user}"
+    assert "make " not in output

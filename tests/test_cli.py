@@ -812,7 +812,7 @@ def test_a_run_that_records_nothing_still_has_a_report(capsys, tmp_path, monkeyp
     assert "performanceTest" in report and "failed" in report
 
 
-# ---- nothing accepted silently (issue 26)
+# ---- nothing accepted silently
 
 def _refused(capsys, tmp_path, monkeypatch, *argv: str) -> str:
     """Run `gpubench run ... --out tmp/r` that must exit 2 with one line, no kernel, no folder."""
@@ -892,7 +892,7 @@ def test_two_runs_in_one_results_file_name_the_replaced_one(tmp_path):
                         "second, whose records replace the others'"]
 
 
-# ---- no temp file survives a resume (issue 26)
+# ---- no temp file survives a resume
 
 _WRITER = """
 import sys, time
@@ -926,7 +926,7 @@ def test_a_writer_killed_mid_write_leaves_no_temp_file_after_resume(capsys, tmp_
         in out
 
 
-# ---- hints that fit where the user is (issue 26)
+# ---- hints that fit where the user is
 
 @pytest.mark.parametrize("module,words", [
     ("tensorflow", "-m pip install 'gpubench[cpu]'"), ("jax", "-m pip install 'gpubench[jax]'"),

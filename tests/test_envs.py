@@ -727,7 +727,7 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
     assert (root / ".venv" / ".gpubench-installed").read_text().strip() == stamp_digest(root)
 
 
-# ---- outside a checkout (a wheel): hints that exist there (issue 26)
+# ---- outside a checkout (a wheel): hints that exist there
 
 @pytest.mark.parametrize("env,inside,outside", [
     ("cpu", "`make setup` (or `gpubench setup`)",

@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     setup.add_argument("--gpu", action="store_true",
                        help="also create the GPU env even if nvidia-smi lists no GPU")
 
-    envs = _command(sub, "envs", "list the envs: TensorFlow, GPU, and the checkout each runs",
+    envs = _command(sub, "envs", "list the envs: backend, GPU, and the gpubench each runs",
                     "gpubench envs")
     envs.add_argument("--driver", nargs="?", const="", metavar="ENV",
                       help="print only the Python that runs gpubench itself (for the Makefile)")

@@ -257,12 +257,12 @@ nb.cells = [nbformat.v4.new_code_cell(
     "model.summary()")]
 folder = Path(sys.argv[1])
 nbformat.write(nb, folder / "in.ipynb")
-spec_dir = runner.write_here_spec(folder, sys.executable)  # as --here makes it
 plain = runner.kernel_config() and {"config": Config(
     {"KernelManager": {"transport_encryption": "disabled"}})}  # ipykernel's notice is logged
 papermill.execute_notebook(
     str(folder / "in.ipynb"), str(folder / "out.ipynb"), kernel_name=runner.HERE_KERNEL,
-    kernel_manager_class=runner.kernel_manager_class({"KERAS_BACKEND": "tensorflow"}, spec_dir),
+    kernel_manager_class=runner.kernel_manager_class({"KERAS_BACKEND": "tensorflow"},
+                                                     sys.executable),  # as --here makes it
     progress_bar=False, **(plain or {}))
 """
 
@@ -303,8 +303,7 @@ def test_the_runners_kernel_specs_name_its_registered_provisioner(tmp_path):
     from gpubench.runner.provisioner import RunnerProvisioner
 
     runner.kernels.register_provisioner()
-    spec_dir = runner.write_here_spec(tmp_path, sys.executable)
-    manager = runner.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, spec_dir)(
+    manager = runner.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, sys.executable)(
         kernel_name=runner.HERE_KERNEL)
     assert manager.kernel_spec.metadata["kernel_provisioner"] == {
         "provisioner_name": runner.PROVISIONER, "config": {"extra_env": {"GPUBENCH_ATTEMPT": "3"}}}
@@ -318,8 +317,7 @@ def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
 
     from gpubench import runner
 
-    spec_dir = runner.write_here_spec(tmp_path, sys.executable)
-    manager = runner.kernel_manager_class({"NO_COLOR": "1"}, spec_dir)(
+    manager = runner.kernel_manager_class({"NO_COLOR": "1"}, sys.executable)(
         kernel_name=runner.HERE_KERNEL)
 
     async def prepare():
@@ -330,8 +328,8 @@ def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
 
     cmd, kw = asyncio.run(prepare())
     assert kw["env"]["FROM_SPEC"] == "1" and kw["env"]["NO_COLOR"] == "1"  # ours on top
-    assert cmd[0] == sys.executable and cmd[-1] == (
-        f"--IPKernelApp.exec_lines={runner.PLAIN_RICH_TEXT}")
+    assert cmd[0] == sys.executable and cmd[-2:] == [
+        f"--IPKernelApp.exec_lines={runner.PLAIN_RICH_TEXT}", "--IPKernelApp.capture_fd_output=False"]
     if sys.platform.startswith("linux"):
         assert callable(kw["preexec_fn"])  # machine.die_with_parent, run between fork and exec
 

@@ -180,3 +180,34 @@ def test_a_full_disk_in_the_kernel_fails_the_job_naming_the_path(tmp_path, monke
     job = json.loads((out / "run.json").read_text())["jobs"][0]
     assert job["status"] == "failed" and "disk is full" in job["error"]
     assert str((out / "results.jsonl").resolve()) in job["error"]
+
+
+def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
+        tmp_path, monkeypatch, cpu_kernel):
+    """Mid-notebook, as its first record is written, the kernel writes a fatal line to its file
+    descriptor 2 and aborts (as TensorFlow does on a bad XLA_FLAGS): the line is in the job's
+    error and the log, and no gpubench-kernel-* folder is left in the temp dir."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "def _abort(event, args):\n"
+        "    if event == 'open' and str(args[0]).endswith('results.jsonl'):\n"
+        "        os.write(2, b'F0000 fatal.cc:1] the C library gave up\\n')\n"
+        "        os.abort()\n"
+        "sys.addaudithook(_abort)\n")
+    kernel_like(cpu_kernel, "gpubench-cpu-abort", tmp_path, monkeypatch,
+                env={"PYTHONPATH": str(site)})
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "r"
+    proc = run_gpubench(["--profile", "quick", "--envs", "cpu-abort", "--notebooks",
+                         "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
+                         "--out", str(out)], timeout=600,
+                        env=python_env(GPUBENCH_DATA_SOURCE="synthetic",
+                                       TMPDIR=str(tmp_path / "tmp")))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job = json.loads((out / "run.json").read_text())["jobs"][0]
+    assert job["status"] == "failed" and job["error"].startswith("DeadKernelError"), job
+    assert "its stderr ended: F0000 fatal.cc:1] the C library gave up" in job["error"]
+    assert "the C library gave up" in proc.stdout + proc.stderr
+    assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))

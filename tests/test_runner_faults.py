@@ -140,3 +140,49 @@ def test_keras_backend_with_spaces_is_refused_up_front_naming_the_value(capsys, 
     assert code == 2 and "KERAS_BACKEND=' tensorflow ': unknown Keras backend; use one of " \
                          "tensorflow, jax" in err, err
     assert not (tmp_path / "r").exists()
+
+
+# ---- a kernel that dies: its last words, and no folder left behind
+
+def test_forward_stderr_keeps_the_last_lines_for_the_jobs_error():
+    from collections import deque
+
+    kernel_read, kernel_write = os.pipe()
+    ours_read, ours_write = os.pipe()
+    lines = [f"line {n}\n".encode() for n in range(12)]
+    os.write(kernel_write, b"".join([*lines, b"  \n", b"F0000 Unknown flag in XLA_FLAGS: --x=1"]))
+    os.close(kernel_write)
+    tail = deque(maxlen=runner.kernels.LAST_WORDS)
+    runner.forward_stderr(kernel_read, ours_write, tail)
+    os.close(ours_write)
+    with open(ours_read, "rb") as stream:
+        assert stream.read().endswith(b"line 11\n  \nF0000 Unknown flag in XLA_FLAGS: --x=1")
+    assert list(tail) == [f"line {n}" for n in range(3, 12)] + [
+        "F0000 Unknown flag in XLA_FLAGS: --x=1"]
+
+
+def test_a_job_makes_no_temp_folder_a_killed_runner_would_leave(tmp_path, monkeypatch):
+    """While a notebook runs (when a kill -9 may come) the system temp dir holds no folder of
+    the job's: the `--here` kernel spec lives in memory."""
+    import sys
+    import tempfile
+
+    import papermill
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    seen = []
+
+    def execute_notebook(source, output, parameters, kernel_manager_class, kernel_name, **kw):
+        manager = kernel_manager_class(kernel_name=kernel_name)
+        seen.append((kernel_name, manager.kernel_spec.argv[0], os.listdir(tmp_path / "tmp")))
+        raise RuntimeError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    run_dir = _run_dir(tmp_path / "r", envs={"cpu": {
+        "how": "here", "python": sys.executable, "backend": "tensorflow", "devices": ["cpu"]}})
+    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
+    jobs = runner.check_manifest(manifest, run_dir / runner.MANIFEST)
+    runner.execute(jobs[0], run_dir, manifest, jobs)
+    assert seen == [(runner.HERE_KERNEL, sys.executable, [])]
+    assert (jobs[0].status, jobs[0].error) == ("failed", "RuntimeError: Kernel died")

@@ -31,9 +31,9 @@ from gpubench.runner.kernels import (
     PROVISIONER,
     _Stop,
     forward_stderr,
+    here_spec,
     kernel_config,
     kernel_manager_class,
-    write_here_spec,
 )
 from gpubench.runner.loop import _CellOutput, _finish_report, _mark_unavailable, run
 from gpubench.runner.manifest import (
@@ -67,8 +67,8 @@ __all__ = [
     "Target", "UsageError", "_CellOutput", "_Stop", "_finish_report", "_mark_unavailable",
     "check_backend", "check_envs", "check_manifest", "check_new_out", "check_notebooks",
     "check_params", "check_reachable", "check_runnable", "claim", "env_label", "env_problems",
-    "execute", "forward_stderr", "here_target", "is_run_dir", "job_parameters", "kernel_config",
-    "kernel_manager_class", "kernel_target", "load_run", "lock_run_dir", "new_run",
-    "notebooks_dir", "parse_params", "run", "split_names", "target_of", "write_here_spec",
+    "execute", "forward_stderr", "here_spec", "here_target", "is_run_dir", "job_parameters",
+    "kernel_config", "kernel_manager_class", "kernel_target", "load_run", "lock_run_dir",
+    "new_run", "notebooks_dir", "parse_params", "run", "split_names", "target_of",
     "write_manifest",
 ]

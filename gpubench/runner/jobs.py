@@ -5,7 +5,6 @@ error."""
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -18,7 +17,7 @@ from gpubench.runner.kernels import (
     _Stop,
     kernel_config,
     kernel_manager_class,
-    write_here_spec,
+    last_words,
 )
 from gpubench.runner.manifest import Job, save_jobs, target_of
 from gpubench.runner.targets import here_env
@@ -72,23 +71,22 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     env = {"GPUBENCH_RUN_ID": manifest["run_id"], "GPUBENCH_ATTEMPT": str(job.attempt),
            "NO_COLOR": "1", "TERM": "dumb"}  # for the kernel
     start = time.perf_counter()
+    here = target.python if target.how == "here" else None
+    if here:
+        env = {**here_env(target), **env}
     try:
-        with tempfile.TemporaryDirectory(prefix="gpubench-kernel-") as folder:
-            spec_dir, kernel = None, target.kernel
-            if target.how == "here":
-                spec_dir, kernel = write_here_spec(Path(folder), target.python), HERE_KERNEL
-                env = {**here_env(target), **env}
-            output.parent.mkdir(parents=True, exist_ok=True)
-            papermill.execute_notebook(
-                str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
-                parameters=job_parameters(job, run_dir, manifest), log_output=True,
-                kernel_name=kernel, kernel_manager_class=kernel_manager_class(env, spec_dir),
-                progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
-                # Every record is already on disk when a notebook ends or is interrupted, so the
-                # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
-                # it print a zmq traceback.
-                shutdown_kernel="immediate",
-            )
+        output.parent.mkdir(parents=True, exist_ok=True)
+        papermill.execute_notebook(
+            str(notebooks_dir() / f"{job.notebook}.ipynb"), str(output),
+            parameters=job_parameters(job, run_dir, manifest), log_output=True,
+            kernel_name=HERE_KERNEL if here else target.kernel,
+            kernel_manager_class=kernel_manager_class(env, here),
+            progress_bar=False, cwd=str(notebooks_dir()), **kernel_config(),
+            # Every record is already on disk when a notebook ends or is interrupted, so the
+            # kernel is stopped at once: a graceful stop of a busy kernel took ~3 s and made
+            # it print a zmq traceback.
+            shutdown_kernel="immediate",
+        )
         if _records_written(run_dir, job):
             job.status, job.error = "ok", None
         else:
@@ -102,6 +100,9 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a bad notebook fails this job only
         job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+        if words := last_words():  # a kernel that died says why on its stderr, if anywhere
+            job.error += f"; its stderr ended: {words[-1]}" + "".join(
+                f"\n  kernel stderr| {line}" for line in words)
         if isinstance(exc, OSError) and exc.errno in results.WRITE_ERRORS:  # say which file
             job.error = (f"cannot write {exc.filename or output}: {results.write_problem(exc)}; "
                          f"free some space (or make it writable), then "

@@ -1,17 +1,17 @@
 """The kernels `gpubench run` starts: jupyter_client's kernel manager pointed at gpubench's
-kernel provisioner (gpubench/runner/provisioner.py), the `--here` kernel spec, the kernel's
-stderr passed on without noise, and Ctrl-C / SIGTERM: the first interrupts the running kernel
+kernel provisioner (gpubench/runner/provisioner.py), the `--here` kernel spec (made in memory:
+no folder to leave behind), the kernel's stderr passed on without noise and its last lines kept
+for the job's error, and Ctrl-C / SIGTERM: the first interrupts the running kernel
 (the notebook keeps what it measured), a second stops at once. No jupyter_client import at
 module level: `gpubench setup` runs before it is installed."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
-from pathlib import Path
+from collections import deque
 
 HERE_KERNEL = "gpubench-here"  # the kernel spec `--here` makes on the fly
 # The kernel provisioner every kernel of the runner is launched by: the name pyproject.toml's
@@ -26,11 +26,14 @@ KERNEL_NOISE = (b"Kernel is running over TCP without encryption",)
 # shows in Jupyter as HTML plus a text/plain copy full of ANSI colour codes, which no
 # environment variable turns off there; this stores the text copy plain.
 PLAIN_RICH_TEXT = "import gpubench.notebook as _gb_nb; _gb_nb.store_rich_text_plain(); del _gb_nb"
+# A kernel's last lines on stderr shown with the job's error when it dies (a C library's fatal
+# message, e.g. "Unknown flag in XLA_FLAGS"), each cut to LINE_CHARS.
+LAST_WORDS, LINE_CHARS = 10, 300
 
 
 class _Stop:
     """What the runner's Ctrl-C / SIGTERM handler saw, and the kernels it can interrupt (the
-    provisioners of the running kernels)."""
+    provisioners of the running kernels: RunnerProvisioner)."""
 
     reason: str | None = None
     kernels: list = []
@@ -62,13 +65,11 @@ def kernel_config() -> dict:
     return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
 
 
-def kernel_manager_class(env: dict[str, str] | None = None,
-                         spec_dir: str | None = None) -> type:
+def kernel_manager_class(env: dict[str, str] | None = None, here: str | None = None) -> type:
     """jupyter_client's AsyncKernelManager whose kernel specs name gpubench's provisioner, which
     gives the kernel `env` on top of its own environment, ties it to the runner's life, lists it
-    for Ctrl-C, stores rich's text plain and passes its stderr on without KERNEL_NOISE;
-    `spec_dir` holds kernel specs made on the fly (`--here`), looked up instead of the
-    registered ones."""
+    for Ctrl-C, stores rich's text plain and passes its stderr on without KERNEL_NOISE; with
+    `here` (a Python), the kernel HERE_KERNEL is a kernel of that Python (`--here`)."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager  # noqa: PLC0415
     from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
     from traitlets import default  # noqa: PLC0415
@@ -80,7 +81,10 @@ def kernel_manager_class(env: dict[str, str] | None = None,
 
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             """The spec of `kernel_name`, its metadata naming the provisioner and its `env`."""
-            spec = super().get_kernel_spec(kernel_name)
+            if here and kernel_name == HERE_KERNEL:
+                spec = KernelSpec(resource_dir="", **here_spec(here))
+            else:
+                spec = super().get_kernel_spec(kernel_name)
             spec.metadata = {**spec.metadata, "kernel_provisioner": {
                 "provisioner_name": PROVISIONER, "config": {"extra_env": dict(env or {})}}}
             return spec
@@ -90,17 +94,21 @@ def kernel_manager_class(env: dict[str, str] | None = None,
 
         @default("kernel_spec_manager")
         def _specs(self) -> KernelSpecManager:
-            where = {"kernel_dirs": [spec_dir]} if spec_dir else {}
-            return RunnerSpecManager(data_dir=self.data_dir, **where)
+            return RunnerSpecManager(data_dir=self.data_dir)
 
     return RunnerKernelManager
 
 
-def forward_stderr(read: int, write: int = 2) -> None:
+def forward_stderr(read: int, write: int = 2, tail: deque | None = None) -> None:
     """Copy a kernel's stderr (file descriptor `read`, closed at the end) to `write`, line by
-    line, leaving out KERNEL_NOISE; keeps reading when `write` fails, so the kernel never
-    blocks on a full pipe."""
-    def put(data: bytes) -> None:
+    line, leaving out KERNEL_NOISE, and keep its non-blank lines (text) in `tail`; keeps reading
+    when `write` fails, so the kernel never blocks on a full pipe."""
+    def put(lines: list[bytes], end: bytes = b"\n") -> None:
+        lines = [line for line in lines if not any(noise in line for noise in KERNEL_NOISE)]
+        if tail is not None:
+            tail.extend(text[:LINE_CHARS] for line in lines
+                        if (text := line.decode(errors="replace").strip()))
+        data = b"".join(line + end for line in lines)
         with contextlib.suppress(OSError):
             while data:
                 data = data[os.write(write, data):]
@@ -109,24 +117,30 @@ def forward_stderr(read: int, write: int = 2) -> None:
     with open(read, "rb", buffering=0) as stream:
         while chunk := stream.read(65536):
             *lines, pending = (pending + chunk).split(b"\n")
-            put(b"".join(line + b"\n" for line in lines
-                         if not any(noise in line for noise in KERNEL_NOISE)))
-    if not any(noise in pending for noise in KERNEL_NOISE):
-        put(pending)
+            put(lines)
+    put([pending], end=b"")
 
 
-def write_here_spec(folder: Path, python: str) -> str:
-    """A kernel spec in `folder` for a kernel of `python` (`--here`), as ipykernel writes one
-    (its metadata says the kernel can encrypt its channels); the folder to look in."""
+def last_words(wait: float = 2.0) -> list[str]:
+    """The last lines (LAST_WORDS at most) the running job's kernel wrote to its stderr, once its
+    stderr has ended (waiting up to `wait` seconds for a kernel that is still going)."""
+    words: list[str] = []
+    for provisioner in _Stop.kernels:
+        if (reader := getattr(provisioner, "stderr_reader", None)) is not None:
+            reader.join(wait)
+            words += provisioner.stderr_tail
+    return words[-LAST_WORDS:]
+
+
+def here_spec(python: str) -> dict:
+    """The kernel spec of a kernel of `python` (`--here`), as ipykernel writes one (its metadata
+    says the kernel can encrypt its channels)."""
     from ipykernel.kernelspec import get_kernel_dict  # noqa: PLC0415 - --here needs ipykernel
 
     spec = get_kernel_dict()
     spec["argv"] = [python, *spec["argv"][1:]]  # the run's Python, also when resumed by another
     spec["display_name"] = f"gpubench --here ({python})"
-    spec_dir = folder / HERE_KERNEL
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    return str(folder)
+    return spec
 
 
 def _interrupt_kernels() -> bool:

@@ -8,19 +8,27 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import deque
 from typing import Any
 
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Dict
 
 from gpubench import machine
-from gpubench.runner.kernels import PLAIN_RICH_TEXT, _Stop, forward_stderr
+from gpubench.runner.kernels import LAST_WORDS, PLAIN_RICH_TEXT, _Stop, forward_stderr
+
+# ipykernel's own capture of the file descriptors 1 and 2 is turned off: it reads them in a
+# thread of the kernel, so what a C library writes just before it aborts the process (a fatal
+# "Unknown flag in XLA_FLAGS") died with it. The kernel writes to its real stderr instead,
+# which the runner reads (forward_stderr); Python's own prints still go to the notebook.
+NO_FD_CAPTURE = "--IPKernelApp.capture_fd_output=False"
 
 
 class RunnerProvisioner(LocalProvisioner):
     """A local kernel that gets `extra_env` on top of its environment, dies with the runner,
     stores rich's text plain (PLAIN_RICH_TEXT, ipykernel), passes its stderr on through
-    forward_stderr and is listed in _Stop.kernels for Ctrl-C."""
+    forward_stderr (its last lines kept in `stderr_tail`, read by `stderr_reader`) and is
+    listed in _Stop.kernels for Ctrl-C."""
 
     extra_env = Dict(config=True, help="Environment variables set on top of the kernel's own.")
 
@@ -31,7 +39,8 @@ class RunnerProvisioner(LocalProvisioner):
         if sys.platform.startswith("linux"):
             kwargs["preexec_fn"] = machine.die_with_parent()
         if any("ipykernel" in part for part in kwargs["cmd"]):
-            kwargs["cmd"] = [*kwargs["cmd"], f"--IPKernelApp.exec_lines={PLAIN_RICH_TEXT}"]
+            kwargs["cmd"] = [*kwargs["cmd"], f"--IPKernelApp.exec_lines={PLAIN_RICH_TEXT}",
+                             NO_FD_CAPTURE]
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
@@ -50,7 +59,10 @@ class RunnerProvisioner(LocalProvisioner):
             if read is not None:
                 os.close(kwargs["stderr"])  # the kernel holds its own copy
         if read is not None:
-            threading.Thread(target=forward_stderr, args=(read,), daemon=True,
-                             name="kernel-stderr").start()
+            self.stderr_tail: deque[str] = deque(maxlen=LAST_WORDS)
+            self.stderr_reader = threading.Thread(
+                target=forward_stderr, args=(read, 2, self.stderr_tail), daemon=True,
+                name="kernel-stderr")
+            self.stderr_reader.start()
         _Stop.kernels.append(self)
         return info

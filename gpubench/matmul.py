@@ -2,18 +2,23 @@
 
 book:      build two random-normal matrices on the device, multiply, sum, and time
            one run that includes all of that set-up (what the chapter's
-           `performanceTest` timed with one `sess.run`).
+           `performanceTest` timed with one `sess.run`); then the same again, the shape now
+           known (`warm_seconds`: on JAX the first run also compiled each new shape's ops).
 rigorous:  the matrices exist on the device beforehand; the product runs compiled
-           (`tf.function` or `jax.jit`); warm-up, device sync, the median of repeats.
-peak:      the rigorous product at one large n, the fastest of a few repeats: each env's
-           reference for every "% of peak" (gpubench.records.peak_record finds it).
+           (`tf.function` or `jax.jit`). Two figures (gpubench.timing): the product time,
+           products queued back to back with one sync per block of at least 20 ms, the median
+           of `repeats` blocks' per-product times (`seconds`, `gflops`); and the call latency,
+           one product from the call to its result on the host (`call_seconds`).
+peak:      the rigorous product at one large n, the fastest block: each env's reference for
+           every "% of peak" (gpubench.records.peak_record finds it).
+aligned:   on a GPU, for 16-bit dtypes, each swept n that is not a multiple of 8 is also timed
+           at the next multiple (`aligned_size`), a rigorous record with `aligned_from` = n.
 All report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
 
 `performanceTest` and `rigorous_test` are written in notebooks/performanceTest.ipynb and
 copied here by `python tools/export_chapters.py` (tests/test_training.py fails when the two
 differ); this module turns their timings into records.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -38,6 +43,11 @@ GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
 # ran at half speed at n=4096 (83 GFLOP/s) where n=4000 ran at 163 on the same 2-core EPYC.
 PEAK_SIZE = {"gpu": 8192, "cpu": 4000}
 PEAK_REPEATS = 5
+# Tensor cores take a GEMM on their fast path when its rows start 16 bytes apart (cuBLAS and
+# XLA pad or fall back otherwise): n a multiple of 16 bytes / itemsize, 8 for 16-bit dtypes.
+ALIGN_BYTES = 16
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+ALIGNED_DTYPES = ("float16", "bfloat16")  # the tensor-core dtypes the sweep adds aligned n for
 
 
 def check_dtypes(dtypes) -> list[str]:
@@ -66,6 +76,21 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
         return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
                 f"{minimum[0]}.{minimum[1]} or newer")
     return None
+
+
+def aligned_size(size: int, dtype: str) -> int:
+    """`size` rounded up to a multiple of ALIGN_BYTES / itemsize (8 for 16-bit dtypes)."""
+    multiple = ALIGN_BYTES // ITEMSIZE[dtype]
+    return -(-size // multiple) * multiple
+
+
+def aligned_companion(size: int, device: str, dtype: str) -> int | None:
+    """The aligned n the sweep also times beside `size`: on a GPU, at a 16-bit dtype, where
+    `size` is not aligned; None elsewhere."""
+    if not device.startswith("gpu") or dtype not in ALIGNED_DTYPES:
+        return None
+    aligned = aligned_size(size, dtype)
+    return aligned if aligned != size else None
 
 
 def spec_peak(device: str, dtype: str) -> float | None:
@@ -99,68 +124,81 @@ def performanceTest(device_name, size, dtype="float32"):
 
 
 def rigorous_product(device_name, size, dtype="float32"):
-    """A function to time: the compiled W @ X on W and X made on the device beforehand."""
+    """A function to time: the compiled W @ X on W and X made on the device beforehand; call it
+    inside `backend.scope` of that device, which places the product there."""
     device = devices.resolve(device_name)
     with backend.scope(device):
         w = keras.random.normal((size, size), dtype=dtype, seed=1)
         x = keras.random.normal((size, size), dtype=dtype, seed=2)
     backend.sync(w, x)  # the operands exist before any clock starts
     product = backend.compiled(ops.matmul)  # tf.function on TensorFlow, jax.jit on JAX
-
-    def run():
-        with backend.scope(device):
-            return product(w, x)
-
-    return run
+    return lambda: product(w, x)
 
 
 def rigorous_test(device_name, size, dtype="float32", repeats=5):
-    """The rigorous measurement: two untimed calls (the first compiles), then `repeats` calls,
-    each timed up to a device sync; the record's figure is their median."""
-    run = rigorous_product(device_name, size, dtype)
-    return timing.measure(run, warmup=2, repeats=repeats, device=devices.resolve(device_name))
+    """The rigorous measurement: the first call (it compiles) alone, then `repeats` blocks of
+    products, one sync per block (product time), and `repeats` single calls (call latency)."""
+    device = devices.resolve(device_name)
+    run = rigorous_product(device, size, dtype)
+    with backend.scope(device):  # once around every call: no per-call cost in the blocks
+        return timing.measure_blocks(run, repeats=repeats, device=device)
 
 
 # END CHAPTER CODE
 
 
-def _book(device: str, size: int, dtype: str) -> timing.Measurement:
-    """One timed run including the set-up, as the chapter's performanceTest does."""
+def gflops(size: int, seconds: float) -> float:
+    """GFLOP/s of one size x size product that took `seconds`: 2 n^3 / seconds / 10^9."""
+    return 2 * size**3 / seconds / 1e9
+
+
+def _book(device: str, size: int, dtype: str) -> dict:
+    """The chapter's performanceTest timed once (set-up included), then once more at the same
+    shape (`warm_seconds`: what remains without the first run's one-off set-up and compiling)."""
     with telemetry.Monitor(device) as monitor:
         seconds = performanceTest(device, size, dtype)
-    return timing.Measurement(first=seconds, times=[seconds], telemetry=monitor.result)
+    warm = performanceTest(device, size, dtype)
+    return dict(seconds=seconds, seconds_min=seconds, seconds_max=seconds, seconds_iqr=0.0,
+                first_seconds=seconds, repeats=1, gflops=gflops(size, seconds),
+                warm_seconds=warm, telemetry=monitor.result)
 
 
-def _rigorous(device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
-    """Median of `repeats` compiled products on operands already on the device."""
+def _rigorous(device: str, size: int, dtype: str, repeats: int) -> timing.Blocks:
+    """Product time over `repeats` blocks and call latency of compiled products on operands
+    already on the device."""
     return rigorous_test(device, size, dtype, repeats)
 
 
-def _peak(device: str, size: int, dtype: str, repeats: int) -> timing.Measurement:
-    """The peak probe's timings: one untimed warm-up, then `repeats` compiled products."""
-    return timing.measure(rigorous_product(device, size, dtype), warmup=1, repeats=repeats,
-                          device=device)
+def _peak(device: str, size: int, dtype: str, repeats: int) -> timing.Blocks:
+    """The peak probe's timings: the rigorous test's, at the probe's n and repeats."""
+    return rigorous_test(device, size, dtype, repeats)
 
 
-def _record(measure: Callable[[], timing.Measurement], seconds: str, **common) -> dict:
+def _product_fields(m: timing.Blocks, size: int, figure: str) -> dict:
+    """A rigorous or peak record's timing fields; `figure` ("median" or "min") of the blocks'
+    per-product times is its `seconds`."""
+    s = m.stats
+    seconds = getattr(s, figure)
+    return dict(seconds=seconds, seconds_min=s.min, seconds_max=s.max, seconds_iqr=s.iqr,
+                first_seconds=m.first, repeats=s.n, gflops=gflops(size, seconds),
+                products_per_block=m.per_block, call_seconds=m.call_stats.median,
+                telemetry=m.telemetry)
+
+
+def _record(measure: Callable[[], dict], **common) -> dict:
     """The record of one measurement: "skipped" for a dtype the device cannot run, "oom" when it
-    runs out of memory, else its timings, `seconds` ("median" or "min") being the figure."""
+    runs out of memory, else the timing fields `measure` returns."""
     reason = unsupported_reason(common["device"], common["dtype"])
     if reason is not None:
         return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
     try:
-        m = measure()
+        fields = measure()
     except Exception as exc:
         if not backends.is_oom(exc):
             raise
         status, error = backends.failure(exc)
         return results.make_record("matmul", status=status, error=error, repeats=0, **common)
-    s = m.stats
-    figure = getattr(s, seconds)
-    return results.make_record("matmul", seconds=figure, seconds_min=s.min, seconds_max=s.max,
-                               seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
-                               gflops=2 * common["size"]**3 / figure / 1e9,
-                               telemetry=m.telemetry, **common)
+    return results.make_record("matmul", **fields, **common)
 
 
 def performance_test(
@@ -172,32 +210,38 @@ def performance_test(
     *,
     notebook: str = "performanceTest",
     env: str | None = None,
+    aligned_from: int | None = None,
 ) -> dict:
-    """Multiply two size x size matrices on `device_name`; return its record ("oom" if too big)."""
+    """Multiply two size x size matrices on `device_name`; return its record ("oom" if too big).
+    `aligned_from`: the swept n this aligned size stands beside (recorded as given)."""
     device = devices.resolve(device_name)
     positive_int("size", size)
     check_method(method)
     (dtype,) = check_dtypes([dtype])
     positive_int("repeats", repeats)
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                  size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype))
+                  size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype),
+                  aligned_from=aligned_from)
     if method == "book":
-        return _record(lambda: _book(device, size, dtype), "median", **common)
-    return _record(lambda: _rigorous(device, size, dtype, repeats), "median", **common)
+        return _record(lambda: _book(device, size, dtype), **common)
+    return _record(lambda: _product_fields(_rigorous(device, size, dtype, repeats), size,
+                                           "median"), **common)
 
 
 def peak(device_name: str, dtype: str = "float32", *, notebook: str,
          env: str | None = None) -> dict:
     """The peak probe of `device_name` at `dtype`: the compiled product at n = PEAK_SIZE of the
-    device's kind, warm, the fastest of PEAK_REPEATS; its record (method "peak", seconds the
-    fastest) is the reference of every "% of peak" ("skipped"/"oom" as performance_test)."""
+    device's kind, warm, the fastest of PEAK_REPEATS blocks; its record (method "peak", seconds
+    the fastest block's per-product time) is the reference of every "% of peak" ("skipped" and
+    "oom" as performance_test)."""
     device = devices.resolve(device_name)
     (dtype,) = check_dtypes([dtype])
     size = PEAK_SIZE["cpu" if device.startswith("cpu") else "gpu"]
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
                   size=size, dtype=dtype, method=queries.PEAK_METHOD,
                   spec_peak_gflops=spec_peak(device, dtype))
-    return _record(lambda: _peak(device, size, dtype, PEAK_REPEATS), "min", **common)
+    return _record(lambda: _product_fields(_peak(device, size, dtype, PEAK_REPEATS), size, "min"),
+                   **common)
 
 
 def peaks_for(
@@ -210,7 +254,9 @@ def peaks_for(
     progress: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """The peak record of this env for every device and dtype: the one already in the store's
-    file, else a fresh `peak`, appended to the store as made (one probe per env and dtype)."""
+    file, else a fresh `peak`, appended to the store as made (one probe per env and dtype).
+    A peak that an earlier attempt of this same job measured is appended again for this attempt
+    (`reused_from_attempt`), since a report keeps only each job's latest attempt."""
     resolved = [devices.resolve(name) for name in device_names]
     if not resolved:
         raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
@@ -219,15 +265,26 @@ def peaks_for(
     stored = store.read() if store is not None else []
     found = []
     for device, dtype in itertools.product(resolved, dtypes):
-        record = queries.peak_record(stored, env, device, dtype)
+        record = (queries.peak_record(queries.latest_attempts(stored), env, device, dtype)
+                  or queries.peak_record(stored, env, device, dtype))
         if record is None:
             record = peak(device, dtype, notebook=notebook, env=env)
             if store is not None:
                 store.append(record)
+        elif record["notebook"] == notebook and record["attempt"] < results.current_attempt():
+            record = store.append(reused(record))
         found.append(record)
         if progress is not None:
             progress(record)
     return found
+
+
+def reused(record: dict) -> dict:
+    """A copy of an earlier attempt's peak `record` that counts for the current attempt (its
+    timings and `timestamp` stay the measurement's own)."""
+    return record | {"schema": results.SCHEMA, "run_id": results.current_run_id(),
+                     "attempt": results.current_attempt(),
+                     "reused_from_attempt": record["attempt"]}
 
 
 def sweep(
@@ -243,7 +300,8 @@ def sweep(
     progress: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """`performance_test` for every size, device (in the order given), dtype (one or a list) and
-    method, storing each record as made; input is checked first, so bad input writes nothing."""
+    method, storing each record as made; a rigorous record is followed by its aligned size's
+    where `aligned_companion` gives one. Input is checked first, so bad input writes nothing."""
     sizes = check_value("sizes", sizes)
     resolved = [devices.resolve(name) for name in device_names]
     if not resolved:
@@ -254,28 +312,40 @@ def sweep(
     positive_int("repeats", repeats)
     records = []
     for size, device, one_dtype, method in itertools.product(sizes, resolved, dtypes, methods):
-        record = performance_test(device, size, method, repeats, one_dtype, notebook=notebook,
-                                  env=env)
-        if store is not None:
-            store.append(record)
-        records.append(record)
-        if progress is not None:
-            progress(record)
+        jobs = [(size, None)]
+        aligned = aligned_companion(size, device, one_dtype) if method == "rigorous" else None
+        if aligned is not None and aligned not in sizes:
+            jobs.append((aligned, size))
+        for n, aligned_from in jobs:
+            record = performance_test(device, n, method, repeats, one_dtype, notebook=notebook,
+                                      env=env, aligned_from=aligned_from)
+            if store is not None:
+                store.append(record)
+            records.append(record)
+            if progress is not None:
+                progress(record)
     return records
 
 
 def describe(record: dict) -> str:
-    """One line for a matmul record, for progress output."""
+    """One line for a matmul record, for progress output (times in ms, one unit down a sweep)."""
     if record.get("method") == queries.PEAK_METHOD:
         head = f"peak probe n={record['size']} {record['device']} {record['dtype']}:"
         if record["status"] != "ok":
             return f"{head} {record['status'].upper()}: {record['error']}"
-        return f"{head} {record['gflops']:.1f} GFLOP/s (fastest of {record['repeats']})"
+        return (f"{head} {record['gflops']:.1f} GFLOP/s (fastest of {record['repeats']} blocks of "
+                f"{record['products_per_block']})")
     head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} "
             f"{record['dtype']:<8} {record['method']:<9}")
     if record["status"] != "ok":
         return f"{head} {record['status'].upper()}: {record['error']}"
-    line = f"{head} {record['seconds']:9.4f} s  {record['gflops']:9.1f} GFLOP/s"
+    line = f"{head} {1e3 * record['seconds']:9.4g} ms {record['gflops']:9.1f} GFLOP/s"
     if record.get("spec_peak_gflops"):
-        line += f"  ({100 * record['gflops'] / record['spec_peak_gflops']:.0f}% of datasheet peak)"
+        line += f" ({100 * record['gflops'] / record['spec_peak_gflops']:.0f}% of datasheet peak)"
+    if record.get("call_seconds") is not None:
+        line += f"  one call {1e3 * record['call_seconds']:.4g} ms"
+    if record.get("warm_seconds") is not None:
+        line += f"  again {1e3 * record['warm_seconds']:.4g} ms"
+    if record.get("aligned_from") is not None:
+        line += f"  (n={record['aligned_from']} aligned)"
     return line

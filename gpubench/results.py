@@ -21,10 +21,12 @@ from typing import Any, BinaryIO
 from gpubench import backends, machine
 from gpubench import telemetry as gb_telemetry
 
-SCHEMA = 3
+SCHEMA = 4
 # Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None);
-# 1 and 2 lack `backend` (read as "tensorflow", the only one then) and `telemetry` (None).
-KNOWN_SCHEMAS = (1, 2, 3)
+# 1 and 2 lack `backend` (read as "tensorflow", the only one then) and `telemetry` (None);
+# up to 3, a rigorous or peak matmul's `seconds` was one call up to its sync: read as
+# `call_seconds`, its product-time fields as None (see _matmul_as_schema_4).
+KNOWN_SCHEMAS = (1, 2, 3, 4)
 # The mode a training ran in: what Keras resolved, not what was asked for.
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
@@ -32,7 +34,10 @@ SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pip
 COMMON_FIELDS = ("schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
                  "timestamp", "attempt", "backend", "telemetry", "environment")
 MATMUL_FIELDS = ("size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats",
-                 "gflops")
+                 "gflops", "call_seconds")
+# A rigorous or peak matmul's product-time fields (schema 4): blocks of products, one sync each.
+PRODUCT_TIME_FIELDS = ("seconds", "seconds_min", "seconds_max", "seconds_iqr", "gflops",
+                       "products_per_block")
 TRAIN_FIELDS = ("model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
                 "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
                 "samples_per_second", "test_accuracy", "test_loss") + SCHEMA_2_FIELDS
@@ -43,7 +48,8 @@ EPOCH_TELEMETRY = ("epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_u
                    "epoch_clock_event_reasons")
 # Fields beyond DESIGN.md's list that gpubench also records.
 EXTRA_FIELDS = {
-    "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops"),
+    "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops", "products_per_block",
+               "warm_seconds", "aligned_from", "reused_from_attempt"),
     "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
               "time_boxed", "steady_epoch_min", "paired_baseline_seconds", "data_verified",
               "busy_region", *EPOCH_TELEMETRY),
@@ -65,6 +71,8 @@ FIELD_TYPES = {
     "size": int, "method": (str, type(None)), "seconds": _NUMBER, "gflops": _NUMBER,
     "model": (str, type(None)), "epochs": (int, type(None)), "train_samples": (int, type(None)),
     "total_seconds": _NUMBER, "steady_epoch_seconds": _NUMBER, "replicas": (int, type(None)),
+    "call_seconds": _NUMBER, "warm_seconds": _NUMBER, "products_per_block": (int, type(None)),
+    "aligned_from": (int, type(None)), "reused_from_attempt": (int, type(None)),
 }
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
                 errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied"}
@@ -150,8 +158,10 @@ def validate(record: dict) -> None:
     if not isinstance(benchmark, str) or benchmark not in BENCHMARK_FIELDS:
         raise ValueError(f"record has unknown benchmark {benchmark!r}; "
                          f"expected one of {sorted(BENCHMARK_FIELDS)}")
-    for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark]:
+    for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark] + EXTRA_FIELDS[benchmark]:
         if name not in record:
+            if name in EXTRA_FIELDS[benchmark]:
+                continue
             raise ValueError(f"{benchmark} record lacks the field {name!r}")
         wanted, value = FIELD_TYPES.get(name), record[name]
         if wanted and (isinstance(value, bool) or not isinstance(value, wanted)):
@@ -247,8 +257,21 @@ def parse_line(line: str | bytes) -> dict:
         record = {"attempt": 1, **dict.fromkeys(SCHEMA_2_FIELDS), **record}
     if schema in (1, 2):
         record = {"backend": "tensorflow", "telemetry": None, **record}
+    if schema <= 3:
+        record = _matmul_as_schema_4(record)
     validate(record)
     return record
+
+
+def _matmul_as_schema_4(record: dict) -> dict:
+    """An older matmul record in schema 4's terms: a rigorous or peak `seconds` was one call up
+    to its sync, so it is `call_seconds` and the product time is unknown (None)."""
+    if record.get("benchmark") != "matmul":
+        return record
+    if record.get("method") in ("rigorous", "peak"):
+        return record | {"call_seconds": record.get("seconds"),
+                         **dict.fromkeys(PRODUCT_TIME_FIELDS)}
+    return {"call_seconds": None, **record}
 
 
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first

@@ -2,14 +2,26 @@
 
 GPU work is asynchronous, and JAX's is on the CPU too: a call returns before the device has
 finished. Every timed region here ends with `sync(result)`, which waits for what the region
-returned and for the work queued before it.
+returned and for the work queued before it (JAX and TensorFlow run a device's work in the
+order it was queued).
+
+Two figures, one definition each:
+- call latency (`measure`): one call, from the call to its result on the host, one sync per
+  call; what a program that calls once pays, launch and sync included.
+- product time (`measure_blocks`): calls queued back to back, one sync per block; the per-call
+  time is the block's time / its calls, the device's throughput. The block grows 1, 2, 4, ...
+  calls until one block lasts BLOCK_SECONDS (20 ms), at most MAX_PER_BLOCK calls. A sync and
+  two clock reads cost tens of microseconds (benchmarks/matmul_overhead.py measures the
+  overhead per call), under 1 % of a 20 ms block; a call that alone lasts 20 ms is a block of
+  one. The sizing costs under four targets' time, the blocks `repeats` times at most twice the
+  target or one call, so a measurement stays well under a second beyond its calls.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +68,24 @@ class Measurement:
         return summarize(self.times)
 
 
+@dataclass(frozen=True)
+class Blocks(Measurement):
+    """What `measure_blocks` found: `times` are per-call times of blocks of `per_block` calls,
+    `calls` the latencies of single calls (the blocks' own times when a block is one call)."""
+
+    per_block: int = 1
+    calls: list[float] = field(default_factory=list)
+
+    @property
+    def call_stats(self) -> Stats:
+        """Statistics of the single calls' latencies."""
+        return summarize(self.calls)
+
+
+BLOCK_SECONDS = 0.02  # a block lasts at least this long: a sync and the clock are < 1 % of it
+MAX_PER_BLOCK = 1024  # calls per block at most (memory: each queued call holds its output)
+
+
 def _timed(fn: Callable[[], Any]) -> float:
     """Seconds of one call of `fn`, up to the sync on what it returned."""
     start = time.perf_counter()
@@ -63,20 +93,65 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
-            device: str | None = None) -> Measurement:
-    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls;
-    with `device`, a telemetry.Monitor covers the repeats."""
+def _block(fn: Callable[[], Any], calls: int) -> float:
+    """Seconds of `calls` calls of `fn` queued back to back, up to one sync on the last result
+    (only that one is kept alive: each call's result replaces the one before)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        result = fn()
+    sync(result)
+    return time.perf_counter() - start
+
+
+def block_size(fn: Callable[[], Any], target: float = BLOCK_SECONDS,
+               most: int = MAX_PER_BLOCK) -> int:
+    """Calls per block: 1, 2, 4, ... until a block of them lasts `target` seconds, or `most`."""
+    calls = 1
+    while calls < most and _block(fn, calls) < target:
+        calls *= 2
+    return min(calls, most)
+
+
+def _warm(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
+    """Check the counts, make `warmup` calls of `fn`; the first one's seconds (it compiles)."""
     positive_int("warmup", warmup)
     positive_int("repeats", repeats)
     first = _timed(fn)
     for _ in range(warmup - 1):
         _timed(fn)
+    return first
+
+
+def _monitored(device: str | None, timings: Callable[[], list[float]]):
+    """`timings()` and the telemetry of a Monitor on `device` around it (None without one)."""
     if device is None:
-        return Measurement(first, [_timed(fn) for _ in range(repeats)])
+        return timings(), None
     with telemetry.Monitor(device) as monitor:
-        times = [_timed(fn) for _ in range(repeats)]
-    return Measurement(first, times, monitor.result)
+        times = timings()
+    return times, monitor.result
+
+
+def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
+            device: str | None = None) -> Measurement:
+    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls,
+    each up to its own sync (call latency); with `device`, a telemetry.Monitor covers them."""
+    first = _warm(fn, warmup, repeats)
+    times, result = _monitored(device, lambda: [_timed(fn) for _ in range(repeats)])
+    return Measurement(first, times, result)
+
+
+def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
+                   device: str | None = None, target: float = BLOCK_SECONDS,
+                   most: int = MAX_PER_BLOCK) -> Blocks:
+    """Product time: after `warmup` calls (the first reported alone), size a block by
+    `block_size`, time `repeats` single calls (call latency) unless a block is one call, then
+    `repeats` blocks, each one sync; with `device`, a telemetry.Monitor covers the blocks."""
+    first = _warm(fn, warmup, repeats)
+    per_block = block_size(fn, target, most)
+    calls = [_timed(fn) for _ in range(repeats)] if per_block > 1 else []
+    times, result = _monitored(
+        device, lambda: [_block(fn, per_block) / per_block for _ in range(repeats)])
+    return Blocks(first, times, result, per_block=per_block, calls=calls or times)
 
 
 def epoch_timer(device: str | None = None):

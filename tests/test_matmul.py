@@ -1,12 +1,14 @@
-"""matmul: both methods, the peak probe, the sweep, OOM handling, bad input that writes nothing."""
+"""matmul: both methods, the peak probe, the sweep, aligned sizes, OOM handling, bad input that
+writes nothing, older schemas' records, and a resumed run's peak."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 
-from gpubench import backends, devices, matmul, notebook, peaks, results
+from gpubench import backends, devices, matmul, notebook, peaks, results, timing
 from gpubench import records as queries
 
 
@@ -16,13 +18,18 @@ def test_book_method_record(tmp_path):
     assert record["status"] == "ok" and record["method"] == "book" and record["repeats"] == 1
     assert record["seconds"] == record["seconds_min"] == record["seconds_max"] > 0
     assert record["gflops"] == pytest.approx(2 * 64**3 / record["seconds"] / 1e9)
+    assert record["warm_seconds"] > 0  # the same shape again, right after
+    assert record["call_seconds"] is None and record["products_per_block"] is None
 
 
 def test_rigorous_method_record():
     record = matmul.performance_test("cpu", 128, method="rigorous", repeats=4)
     assert record["status"] == "ok" and record["repeats"] == 4
     assert record["seconds_min"] <= record["seconds"] <= record["seconds_max"]
-    assert record["first_seconds"] > 0
+    assert record["first_seconds"] > 0 and record["call_seconds"] > 0
+    assert record["products_per_block"] > 1  # a 128 x 128 product is far shorter than a block
+    assert record["gflops"] == pytest.approx(2 * 128**3 / record["seconds"] / 1e9)
+    assert record["warm_seconds"] is None and record["aligned_from"] is None
     assert record["device"] == "cpu" and record["size"] == 128 and record["dtype"] == "float32"
 
 
@@ -228,8 +235,10 @@ def test_peak_probe_record_is_the_fastest_of_its_repeats(tiny_peak):
     assert record["gflops"] == pytest.approx(2 * 64**3 / record["seconds_min"] / 1e9)
     assert record["first_seconds"] > 0 and isinstance(record["telemetry"], dict)
     assert queries.peak_record([record], "test", "cpu", "float32") is record
+    assert record["products_per_block"] >= 1 and record["call_seconds"] > 0
     assert matmul.describe(record) == (
-        f"peak probe n=64 cpu float32: {record['gflops']:.1f} GFLOP/s (fastest of 5)")
+        f"peak probe n=64 cpu float32: {record['gflops']:.1f} GFLOP/s (fastest of 5 blocks of "
+        f"{record['products_per_block']})")
 
 
 def test_peak_probe_that_runs_out_of_memory_is_recorded(tiny_peak, monkeypatch):
@@ -298,4 +307,125 @@ def test_the_chapters_functions_are_the_librarys():
     assert seconds > 0
     measured = matmul.rigorous_test("cpu", 32, repeats=3)
     assert len(measured.times) == 3 and measured.first > 0
-    assert float(backends.keras().ops.sum(matmul.rigorous_product("cpu", 4)())) != 0
+    with backends.current().scope("cpu"):
+        assert float(backends.keras().ops.sum(matmul.rigorous_product("cpu", 4)())) != 0
+
+
+def test_the_product_time_queues_products_and_syncs_once_per_block(monkeypatch):
+    """The rigorous record's `seconds` comes from blocks: many products per sync."""
+    products, syncs = [], []
+    real = matmul.rigorous_product
+
+    def counted(device_name, size, dtype="float32"):
+        run = real(device_name, size, dtype)
+        return lambda: products.append(1) or run()
+
+    monkeypatch.setattr(matmul, "rigorous_product", counted)
+    monkeypatch.setattr(timing, "sync", lambda *values: syncs.append(len(products)))
+    record = matmul.performance_test("cpu", 16, method="rigorous", repeats=3)
+    per_block = record["products_per_block"]
+    blocks = [b - a for a, b in itertools.pairwise(syncs[-4:])]
+    assert per_block > 1 and blocks == [per_block] * 3  # the 3 blocks: per_block products each
+    assert len(products) > len(syncs)
+
+
+@pytest.mark.parametrize("size, dtype, expected", [
+    (2500, "bfloat16", 2504), (4500, "float16", 4504), (2560, "bfloat16", 2560),
+    (500, "float16", 504), (3500, "float32", 3500), (3501, "float32", 3504),
+    (3, "float64", 4), (1, "bfloat16", 8)])
+def test_aligned_size_rounds_up_to_16_bytes_of_values(size, dtype, expected):
+    assert matmul.aligned_size(size, dtype) == expected
+
+
+def test_aligned_sizes_are_added_on_a_gpu_at_16_bit_dtypes_only():
+    assert matmul.aligned_companion(2500, "gpu:0", "bfloat16") == 2504
+    assert matmul.aligned_companion(3500, "gpu:1", "float16") == 3504
+    assert matmul.aligned_companion(3000, "gpu:0", "bfloat16") is None  # a multiple of 8
+    assert matmul.aligned_companion(2500, "gpu:0", "float32") is None
+    assert matmul.aligned_companion(2500, "cpu", "bfloat16") is None
+
+
+def test_the_sweep_times_the_aligned_size_beside_the_book_size(fake_machine, monkeypatch,
+                                                              tmp_path):
+    fake_machine(gpus=1, cuda_build=True, capability=(9, 0))
+
+    def fake(device, size, method, repeats, dtype, *, notebook, env, aligned_from=None):
+        return results.make_record("matmul", notebook=notebook, env="test", device=device,
+                                   size=size, dtype=dtype, method=method,
+                                   aligned_from=aligned_from)
+
+    monkeypatch.setattr(matmul, "performance_test", fake)
+    store = results.ResultsStore(tmp_path / "r.jsonl")
+    records = matmul.sweep([2500, 3000], ["gpu:0", "cpu"], dtype=["float32", "bfloat16"],
+                           store=store)
+    rows = [(r["size"], r["device"], r["dtype"], r["method"], r["aligned_from"]) for r in records]
+    assert rows[:5] == [(2500, "gpu:0", "float32", "book", None),
+                        (2500, "gpu:0", "float32", "rigorous", None),
+                        (2500, "gpu:0", "bfloat16", "book", None),
+                        (2500, "gpu:0", "bfloat16", "rigorous", None),
+                        (2504, "gpu:0", "bfloat16", "rigorous", 2500)]
+    assert [row for row in rows if row[4] is not None] == [
+        (2504, "gpu:0", "bfloat16", "rigorous", 2500)]
+    assert len(records) == 2 * 2 * 2 * 2 + 1 == len(store.read())
+
+
+def _schema_3(**fields) -> str:
+    """A schema-3 matmul line, as gpubench wrote it before product time."""
+    record = results.make_record("matmul", notebook="performanceTest", env="cpu", device="cpu",
+                                 size=500, dtype="float32", seconds=0.002, seconds_min=0.0019,
+                                 seconds_max=0.0025, seconds_iqr=0.0001, first_seconds=0.3,
+                                 repeats=5, gflops=125.0, **fields)
+    old = {k: v for k, v in record.items() if k not in (
+        "call_seconds", "products_per_block", "warm_seconds", "aligned_from",
+        "reused_from_attempt")}
+    return json.dumps(old | {"schema": 3})
+
+
+def test_schema_3_rigorous_seconds_read_as_call_latency(tmp_path):
+    lines = [_schema_3(method="rigorous"), _schema_3(method="peak"), _schema_3(method="book")]
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    rigorous, peak, book = results.read_records(tmp_path)
+    for old in (rigorous, peak):  # one call per timed region: a call latency, no product time
+        assert old["call_seconds"] == 0.002 and old["first_seconds"] == 0.3
+        assert [old[k] for k in ("seconds", "seconds_min", "seconds_max", "seconds_iqr",
+                                 "gflops", "products_per_block")] == [None] * 6
+    assert queries.peak_record([peak], "cpu", "cpu", "float32") is None  # no "% of peak" from it
+    assert book["seconds"] == 0.002 and book["gflops"] == 125.0  # the book's figure stays
+    assert book["call_seconds"] is None and book.get("warm_seconds") is None
+    new = results.parse_line(json.dumps(results.make_record(
+        "matmul", notebook="nb", env="cpu", device="cpu", size=8, method="rigorous", seconds=1.0,
+        call_seconds=2.0, products_per_block=4)))
+    assert (new["seconds"], new["call_seconds"], new["products_per_block"]) == (1.0, 2.0, 4)
+
+
+@pytest.mark.parametrize("field, value", [("call_seconds", "fast"), ("products_per_block", 1.5),
+                                          ("aligned_from", "2500"), ("warm_seconds", [1])])
+def test_a_new_field_of_the_wrong_type_is_refused(field, value):
+    record = results.make_record("matmul", notebook="nb", env="cpu", device="cpu", size=8,
+                                 method="rigorous")
+    with pytest.raises(ValueError, match=repr(field)):
+        results.validate(record | {field: value})
+
+
+def test_a_resumed_job_counts_the_peak_its_earlier_attempt_measured(tiny_peak, tmp_path,
+                                                                   monkeypatch):
+    """Attempt 1 measured the peak and was cut short; attempt 2 reuses it and the report, which
+    keeps each job's latest attempt, still finds it."""
+    store = results.ResultsStore(tmp_path / "results.jsonl")
+    (first,) = matmul.peaks_for(["cpu"], "float32", store=store, env="cpu",
+                                notebook="performanceTest")
+    monkeypatch.setenv("GPUBENCH_ATTEMPT", "2")
+    monkeypatch.setattr(matmul, "peak", lambda *a, **k: pytest.fail("the peak was measured again"))
+    (again,) = matmul.peaks_for(["cpu"], "float32", store=store, env="cpu",
+                                notebook="performanceTest")
+    store.append(matmul.performance_test("cpu", 32, "rigorous", 1, env="cpu"))  # the sweep goes on
+    latest = queries.latest_attempts(store.read())
+    found = queries.peak_record(latest, "cpu", "cpu", "float32")
+    assert found is not None and found["gflops"] == first["gflops"]
+    assert (found["attempt"], found["reused_from_attempt"]) == (2, 1) and again == found
+    (third,) = matmul.peaks_for(["cpu"], "float32", store=store, env="cpu",
+                                notebook="performanceTest")
+    assert third == found and len(store.read()) == 3  # attempt 2 again: nothing new to write
+    monkeypatch.setenv("GPUBENCH_ATTEMPT", "1")
+    matmul.peaks_for(["cpu"], "float32", store=store, env="cpu", notebook="Speed_Factors")
+    assert len(store.read()) == 3  # another job reuses it as it stands

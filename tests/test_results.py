@@ -200,7 +200,7 @@ def test_run_id_comes_from_the_runner(monkeypatch):
 
 def test_records_carry_their_backend_and_older_files_read_as_tensorflow(tmp_path):
     record = _record(environment={k: None for k in results.ENVIRONMENT_FIELDS} | {"backend": "jax"})
-    assert record["backend"] == "jax" and record["schema"] == 3
+    assert record["backend"] == "jax" and record["schema"] == results.SCHEMA
     old = {k: v for k, v in _record().items() if k not in ("backend", "telemetry")}
     (tmp_path / "results.jsonl").write_text(
         json.dumps(record) + "\n" + json.dumps({**old, "schema": 2}) + "\n")

@@ -1,8 +1,11 @@
-"""timing: statistics, measure() with warm-up, sync and repeats, and the EpochTimer."""
+"""timing: statistics, measure() with warm-up, sync and repeats, measure_blocks() (product time
+in blocks of calls, one sync each), and the EpochTimer."""
 
 from __future__ import annotations
 
+import itertools
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -52,9 +55,98 @@ def test_first_call_is_reported_apart_from_the_median():
 
 
 @pytest.mark.parametrize("warmup,repeats", [(0, 3), (1, 0), (1, -2), (1.5, 3), (True, 3)])
-def test_measure_rejects_bad_counts(warmup, repeats):
+@pytest.mark.parametrize("measure", [timing.measure, timing.measure_blocks])
+def test_measure_rejects_bad_counts(measure, warmup, repeats):
+    calls = []
     with pytest.raises(ValueError, match="must be a positive integer"):
-        timing.measure(lambda: None, warmup=warmup, repeats=repeats)
+        measure(lambda: calls.append(1), warmup=warmup, repeats=repeats)
+    assert calls == []  # checked before the first call
+
+
+class FakeDevice:
+    """A fake clock and a function queued on it: each call costs `call_s`, a sync `sync_s`; it
+    notes how many calls were made by each sync and what each sync waited on."""
+
+    def __init__(self, call_s: float, sync_s: float) -> None:
+        self.call_s, self.sync_s, self.now, self.calls = call_s, sync_s, 0.0, 0
+        self.syncs: list[tuple[int, tuple]] = []
+
+    def fn(self) -> int:
+        self.calls += 1
+        self.now += self.call_s
+        return self.calls
+
+    def sync(self, *values) -> None:
+        self.syncs.append((self.calls, values))
+        self.now += self.sync_s
+
+    def per_sync(self) -> list[int]:
+        """Calls made between one sync and the next (the first: since the start)."""
+        return [b - a for a, b in itertools.pairwise([0] + [c for c, _ in self.syncs])]
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    """Make a FakeDevice whose clock and sync gpubench.timing uses."""
+    def make(call_s: float, sync_s: float = 1e-4) -> FakeDevice:
+        device = FakeDevice(call_s, sync_s)
+        monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: device.now))
+        monkeypatch.setattr(timing, "sync", device.sync)
+        return device
+    return make
+
+
+def test_product_time_queues_many_calls_per_sync(fake_device):
+    device = fake_device(call_s=1e-3)  # 1 ms a call, 0.1 ms a sync, target 20 ms
+    m = timing.measure_blocks(device.fn, warmup=1, repeats=5, target=0.02)
+    # sized 1, 2, 4, 8, 16 (16.1 ms < 20), 32 (32.1 ms): blocks of 32
+    assert m.per_block == 32
+    # the first call, the sizing blocks, the single calls, the timed blocks
+    assert device.per_sync() == [1, 1, 2, 4, 8, 16, 32] + [1] * 5 + [32] * 5
+    assert all(values == (calls,) for calls, values in device.syncs)  # each on its last result
+    assert m.times == [pytest.approx((32 * 1e-3 + 1e-4) / 32)] * 5  # the sync spread over 32
+    assert m.calls == [pytest.approx(1.1e-3)] * 5  # a call alone pays the whole sync
+    assert m.first == pytest.approx(1.1e-3) and m.stats.n == 5
+    assert m.call_stats.median > m.stats.median
+
+
+def test_a_call_as_long_as_the_target_is_a_block_of_one_and_its_own_latency(fake_device):
+    device = fake_device(call_s=0.05)
+    m = timing.measure_blocks(device.fn, warmup=2, repeats=4, target=0.02)
+    assert m.per_block == 1 and m.calls == m.times == [pytest.approx(0.0501)] * 4
+    assert device.calls == 2 + 1 + 4  # warm-up, one sizing call, the repeats: none twice
+
+
+def test_blocks_stop_growing_at_the_cap(fake_device):
+    device = fake_device(call_s=1e-6)
+    m = timing.measure_blocks(device.fn, repeats=2, most=64)
+    assert m.per_block == 64 and device.per_sync()[-2:] == [64, 64]
+
+
+def test_a_block_keeps_only_the_last_result_alive(fake_device, monkeypatch):
+    device = fake_device(call_s=1e-3)
+    monkeypatch.setattr(timing, "sync", lambda *values: device.sync())  # holding none of them
+    live = {"now": 0, "most": 0}
+
+    class Result:
+        def __init__(self) -> None:
+            live["now"] += 1
+            live["most"] = max(live["most"], live["now"])
+
+        def __del__(self) -> None:
+            live["now"] -= 1
+
+    def fn():
+        device.fn()
+        return Result()
+
+    m = timing.measure_blocks(fn, repeats=2, target=0.02)
+    assert m.per_block == 32 and live["most"] <= 2  # the new result and the one it replaces
+
+
+def test_measure_blocks_with_a_device_has_telemetry_over_the_blocks():
+    m = timing.measure_blocks(lambda: sum(range(1000)), repeats=2, device="cpu")
+    assert m.telemetry["reason"] == "the device is the CPU" and m.per_block > 1
 
 
 def test_epoch_timer_times_every_epoch_with_its_telemetry():

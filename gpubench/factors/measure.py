@@ -127,7 +127,8 @@ def _busy_regions(trainers: Sequence[Trainer], device: str, say: Callable[[str],
                 f"the busy region failed: {backends.failure(exc)[1]}")
         region, pace = t.busy_region, min(t.round_seconds[1:])
         if region.get("gpu_util_percent_mean") is None:
-            say(f"{device}: {t.variant.label}: no GPU busy figure: {region.get('reason')}")
+            why = region.get("reason") or "NVML gave no utilisation figure for this GPU"
+            say(f"{device}: {t.variant.label}: no GPU busy figure: {why}")
         else:
             say(f"{device}: {t.variant.label}: GPU busy {region['gpu_util_percent_mean']:.0f} % "
                 f"over {region['seconds']:.1f} s of its rounds back to back (a round: "

@@ -211,3 +211,17 @@ def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
     assert "its stderr ended: F0000 fatal.cc:1] the C library gave up" in job["error"]
     assert "the C library gave up" in proc.stdout + proc.stderr
     assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))
+
+
+def test_an_xla_flag_tensorflow_refuses_exits_2_before_any_kernel(tmp_path):
+    """XLA_FLAGS with a flag TensorFlow does not know: it would abort the kernel at its first
+    XLA compile; the env's Python is asked first, and the run exits 2 quoting TensorFlow."""
+    out = tmp_path / "r"
+    proc = run_gpubench(["--profile", "quick", "--envs", "cpu", "--notebooks", "Mnist_MLP_h1000",
+                         "-p", "xla=on", "--out", str(out)], timeout=600,
+                        env=python_env(GPUBENCH_DATA_SOURCE="synthetic",
+                                       XLA_FLAGS="--xla_garbage_flag=1"))
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "env cpu: TensorFlow refuses XLA_FLAGS='--xla_garbage_flag=1' (" in proc.stderr
+    assert "Unknown flag in XLA_FLAGS: --xla_garbage_flag=1); fix or unset XLA_FLAGS" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

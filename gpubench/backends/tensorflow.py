@@ -141,6 +141,14 @@ def jit_compile(xla: str) -> bool | str:
     return JIT_COMPILE[xla]
 
 
+def check_xla_flags() -> None:
+    """Compile one small function with XLA on the CPU: TensorFlow reads XLA_FLAGS at its first
+    XLA compile and aborts the process on a flag it does not know (`gpubench run` calls this in
+    a TensorFlow env's Python given XLA_FLAGS, before any kernel starts)."""
+    with tf().device("/CPU:0"):
+        tf().function(lambda x: x + 1, jit_compile=True)(tf().constant(1.0))
+
+
 def tf_name(device: str) -> str:
     """TensorFlow's name for a canonical device: "cpu" -> "/CPU:0", "gpu:1" -> "/GPU:1"."""
     kind, _, index = device.partition(":")

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from gpubench.runner.targets import (
     check_reachable,
     check_runnable,
     env_problems,
+    here_env,
     here_target,
     kernel_target,
 )
@@ -78,9 +82,10 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                 run_dir, manifest, jobs = load_run(resume, profile, stack)
                 targets = {env: target_of(manifest, env) for env in manifest["envs"]}
                 check_reachable(targets, run_dir / MANIFEST)
-                check_kernels_start({e: t for e, t in targets.items()
-                                     if any(j.env == e and j.status != "ok" for j in jobs)},
-                                    run_dir / MANIFEST)
+                waiting = {e: t for e, t in targets.items()
+                           if any(j.env == e and j.status != "ok" for j in jobs)}
+                check_kernels_start(waiting, run_dir / MANIFEST)
+                check_xla_flags(waiting)
             else:
                 profile = nb_params.resolve_profile(profile) if profile else "full"
                 notebook_list = check_notebooks(notebooks)
@@ -93,6 +98,7 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                     targets = check_envs(env_names)
                 problems = env_problems(targets)
                 check_runnable(targets, notebook_list, params or {}, problems)
+                check_xla_flags({e: t for e, t in targets.items() if e not in problems})
                 run_dir, manifest, jobs = new_run(out, profile, targets, notebook_list,
                                                   params or {}, stack, named=notebooks is not None)
             try:
@@ -119,6 +125,33 @@ def check_kernels_start(targets: dict[str, Target], path: Path) -> None:
             raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} cannot start: its "
                              f"Python {python!r} no longer exists; {fix}, then resume, or "
                              f"{NEW_RUN}")
+
+
+def check_xla_flags(targets: dict[str, Target]) -> None:
+    """Before any kernel: a TensorFlow env given XLA_FLAGS compiles one small XLA function in its
+    own Python (TensorFlow reads the flags only then, and aborts on one it does not know, as
+    JAX's probe does at start); a refusal is a UsageError quoting TensorFlow's line."""
+    from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - `run` only
+
+    for env, target in targets.items():
+        if target.backend != "tensorflow" or not target.python:
+            continue
+        environ = here_env(target) if target.how == "here" else {
+            **os.environ, **KernelSpecManager().get_kernel_spec(target.kernel).env}
+        if not (flags := environ.get("XLA_FLAGS")):
+            continue
+        check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
+        try:
+            done = subprocess.run([target.python, "-c", check], env=environ, timeout=600,
+                                  capture_output=True, text=True, cwd=tempfile.gettempdir())
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {target.python} "
+                             f"({exc}); unset XLA_FLAGS, or fix that env") from None
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+            line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
+            raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
+                             f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
 
 
 def _interrupted(run_dir: Path) -> None:

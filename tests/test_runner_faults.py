@@ -1,6 +1,6 @@
-"""Faults of `gpubench run` found by fault injection (issue 27), each checked without running a
-notebook: a stop at the wrong moment, a damaged run.json, a kernel whose Python is gone, a
-KERAS_BACKEND with spaces, a kernel that dies saying why."""
+"""Faults of `gpubench run` found by fault injection, each checked without running a notebook:
+a stop at the wrong moment, a damaged run.json, a kernel whose Python is gone, a KERAS_BACKEND
+with spaces, a kernel that dies saying why, a temp folder a killed runner would leave."""
 
 from __future__ import annotations
 

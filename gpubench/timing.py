@@ -10,11 +10,14 @@ Two figures, one definition each:
   call; what a program that calls once pays, launch and sync included.
 - product time (`measure_blocks`): calls queued back to back, one sync per block; the per-call
   time is the block's time / its calls, the device's throughput. The block grows 1, 2, 4, ...
-  calls until one block lasts BLOCK_SECONDS (20 ms), at most MAX_PER_BLOCK calls. A sync and
-  two clock reads cost tens of microseconds (benchmarks/matmul_overhead.py measures the
-  overhead per call), under 1 % of a 20 ms block; a call that alone lasts 20 ms is a block of
-  one. The sizing costs under four targets' time, the blocks `repeats` times at most twice the
-  target or one call, so a measurement stays well under a second beyond its calls.
+  calls until one block lasts BLOCK_SECONDS, at most MAX_PER_BLOCK calls.
+Why 20 ms: a sync and two clock reads cost 25 to 55 us on a 2-core VM (the overhead per call
+that benchmarks/matmul_overhead.py prints), under 0.3 % of a 20 ms block; a longer block
+would slow the quick profile and hold more queued outputs in device memory. The cost: sizing
+takes under four targets (each block at most doubles), each timed block under two targets or
+one call, and the single calls are timed apart only when a call is shorter than the target
+(else the blocks are single calls), so a measurement adds at most about (4 + 3 x repeats) x
+20 ms to the calls a slow product needs anyway.
 """
 
 from __future__ import annotations

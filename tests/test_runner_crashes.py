@@ -32,9 +32,9 @@ def _prepared_run(path: Path, params: dict, notebook: str = "performanceTest") -
     return path
 
 
-def _start(args: list[str]) -> subprocess.Popen:
+def _start(args: list[str], **env: str) -> subprocess.Popen:
     return subprocess.Popen(RUN + args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
+                            text=True, env=python_env(GPUBENCH_DATA_SOURCE="synthetic", **env))
 
 
 def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -63,10 +63,11 @@ def _processes_of_run(run_id: str) -> list[int]:
 def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     """kill -9 of the runner mid-sweep (the quick profile's sizes): no record is written after
     it, no kernel is left, the run directory is not left locked, and run.json holds the claimed
-    attempt 1 as "running". The resume runs attempt 2: no (attempt, device, dtype, size, method)
-    is recorded twice."""
+    attempt 1 as "running", and no gpubench-kernel-* folder is left in the temp dir. The resume
+    runs attempt 2: no (attempt, device, dtype, size, method) is recorded twice."""
     run_dir = _prepared_run(tmp_path / "r", {})
-    runner_proc = _start(["--resume", str(run_dir)])
+    (tmp_path / "tmp").mkdir()
+    runner_proc = _start(["--resume", str(run_dir)], TMPDIR=str(tmp_path / "tmp"))
     results_file = run_dir / "results.jsonl"
     _wait_for_records(results_file, 2, runner_proc)
     assert _processes_of_run("20261203T000000Z-test00")  # the kernel, with the run id it was given
@@ -76,6 +77,7 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     time.sleep(3)  # ipykernel's own parent polling alone would let it write for up to a second
     assert results_file.stat().st_size == size
     assert _processes_of_run("20261203T000000Z-test00") == []
+    assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))
     from gpubench import envs, runner
 
     with envs.locked(run_dir / runner.LOCK, wait=False):
@@ -83,7 +85,8 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("running", 1)
     killed = results.read_records(run_dir)
-    sweep = len(params.DEFAULTS["quick"]["performanceTest"]["sizes"]) * 2  # book, rigorous
+    # book and rigorous at each size, and the peak probe: each attempt records its own
+    sweep = len(params.DEFAULTS["quick"]["performanceTest"]["sizes"]) * 2 + 1
     assert 2 <= len(killed) < sweep and {r["attempt"] for r in killed} == {1}
 
     resumed = run_gpubench(["--resume", str(run_dir)], timeout=600)
@@ -186,7 +189,7 @@ def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
         tmp_path, monkeypatch, cpu_kernel):
     """Mid-notebook, as its first record is written, the kernel writes a fatal line to its file
     descriptor 2 and aborts (as TensorFlow does on a bad XLA_FLAGS): the line is in the job's
-    error and the log, and no gpubench-kernel-* folder is left in the temp dir."""
+    error and in the log."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -198,19 +201,15 @@ def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
         "sys.addaudithook(_abort)\n")
     kernel_like(cpu_kernel, "gpubench-cpu-abort", tmp_path, monkeypatch,
                 env={"PYTHONPATH": str(site)})
-    (tmp_path / "tmp").mkdir()
     out = tmp_path / "r"
     proc = run_gpubench(["--profile", "quick", "--envs", "cpu-abort", "--notebooks",
                          "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
-                         "--out", str(out)], timeout=600,
-                        env=python_env(GPUBENCH_DATA_SOURCE="synthetic",
-                                       TMPDIR=str(tmp_path / "tmp")))
+                         "--out", str(out)], timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = json.loads((out / "run.json").read_text())["jobs"][0]
     assert job["status"] == "failed" and job["error"].startswith("DeadKernelError"), job
     assert "its stderr ended: F0000 fatal.cc:1] the C library gave up" in job["error"]
     assert "the C library gave up" in proc.stdout + proc.stderr
-    assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))
 
 
 def test_an_xla_flag_tensorflow_refuses_exits_2_before_any_kernel(tmp_path):

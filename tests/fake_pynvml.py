@@ -9,6 +9,10 @@ clock-event reasons a bitmask. Names and values checked against nvidia-ml-py 13.
 
 from __future__ import annotations
 
+import collections
+import functools
+import math
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +117,11 @@ class FakeClock:
 Figure = float | Callable[[float], float]
 
 
+def whole(value: float) -> float:
+    """A reading as NVML's integer, except a non-finite one, passed on as it is."""
+    return int(value) if math.isfinite(value) else value
+
+
 @dataclass
 class FakeGPU:
     """One GPU's script: each figure a number or a function of the fake time (seconds)."""
@@ -143,7 +152,7 @@ class FakeGPU:
     def energy(self, now: float) -> int:
         """The counter in mJ: `energy_mj`, else power integrated from 0 (1 ms steps)."""
         if self.energy_mj is not None:
-            return int(self.value(self.energy_mj, now))
+            return whole(self.value(self.energy_mj, now))
         steps = max(1, round(now * 1000))
         dt = now / steps
         return int(sum(self.value(self.power_mw, (i + 0.5) * dt) for i in range(steps)) * dt)
@@ -158,8 +167,14 @@ class FakeNVML(types.ModuleType):
     """A fake `pynvml` module answering for `gpus` on `clock`'s time."""
 
     def __init__(self, gpus: list[FakeGPU] | None = None, clock: FakeClock | None = None,
-                 init_error: int | None = None, event_reasons_api: bool = True) -> None:
+                 init_error: int | None = None, event_reasons_api: bool = True,
+                 hang_after: int | None = None, hang_seconds: float = 10.0) -> None:
+        """`hang_after`: every call after that many answers only after `hang_seconds` (real
+        time), or at once when `release` is set. `calls` counts the calls by thread id."""
         super().__init__("pynvml")
+        self.hang_after, self.hang_seconds = hang_after, hang_seconds
+        self.release = threading.Event()
+        self.calls: collections.Counter = collections.Counter()
         for name, value in globals().items():
             if name.startswith(("NVML_", "NVMLError", "nvmlClocksEventReason")):
                 setattr(self, name, value)
@@ -175,7 +190,17 @@ class FakeNVML(types.ModuleType):
         if (name == "nvmlDeviceGetCurrentClocksEventReasons"
                 and not object.__getattribute__(self, "event_reasons_api")):
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
-        return object.__getattribute__(self, name)
+        found = object.__getattribute__(self, name)
+        if name.startswith("nvml") and callable(found):
+            return functools.partial(object.__getattribute__(self, "_call"), found)
+        return found
+
+    def _call(self, function: Callable, *args: Any) -> Any:
+        """Count the call by thread; past `hang_after` calls, hang first (a stuck driver)."""
+        self.calls[threading.get_ident()] += 1
+        if self.hang_after is not None and sum(self.calls.values()) > self.hang_after:
+            self.release.wait(self.hang_seconds)
+        return function(*args)
 
     def _ready(self) -> None:
         if self.inits <= self.shutdowns:
@@ -212,12 +237,12 @@ class FakeNVML(types.ModuleType):
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> types.SimpleNamespace:
         gpu = self._gpu(handle)
-        return types.SimpleNamespace(gpu=int(gpu.read(gpu.util_percent, self.clock.now)),
+        return types.SimpleNamespace(gpu=whole(gpu.read(gpu.util_percent, self.clock.now)),
                                      memory=0)
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: Any = None):
         gpu = self._gpu(handle)
-        used = int(gpu.read(gpu.memory_used_bytes, self.clock.now))
+        used = whole(gpu.read(gpu.memory_used_bytes, self.clock.now))
         return types.SimpleNamespace(total=gpu.memory_total_bytes, used=used,
                                      free=gpu.memory_total_bytes - used)
 
@@ -225,11 +250,11 @@ class FakeNVML(types.ModuleType):
         gpu = self._gpu(handle)
         if clock_type != NVML_CLOCK_SM:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return int(gpu.read(gpu.sm_clock_mhz, self.clock.now))
+        return whole(gpu.read(gpu.sm_clock_mhz, self.clock.now))
 
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)
-        return int(gpu.read(gpu.power_mw, self.clock.now))
+        return whole(gpu.read(gpu.power_mw, self.clock.now))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)
@@ -240,8 +265,8 @@ class FakeNVML(types.ModuleType):
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)
-        return int(gpu.read(gpu.reasons, self.clock.now))
+        return whole(gpu.read(gpu.reasons, self.clock.now))
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)
-        return int(gpu.read(gpu.reasons, self.clock.now))
+        return whole(gpu.read(gpu.reasons, self.clock.now))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from fake_pynvml import (
 )
 from gpubench import telemetry
 from gpubench.telemetry import Monitor
+from gpubench.telemetry import monitor as monitor_module
 from gpubench.telemetry import text as telemetry_text
 
 HOUR = 3600.0  # an interval the sampler thread never reaches: the test takes the samples
@@ -510,3 +512,92 @@ def test_telemetry_loads_no_ml_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[1]).stdout
     assert out.strip() == "[]"
+
+
+# ---- a hung NVML: bounded waits, no NVML call on the caller's thread
+
+@pytest.fixture
+def hung(monkeypatch):
+    """A FakeNVML factory whose hangs are released, and whose stuck samplers are waited for,
+    when the test ends (so no later Monitor sees them); the wait is 0.2 s instead of 2 s."""
+    monkeypatch.setattr(monitor_module, "NVML_WAIT_S", 0.2)
+    fakes = []
+
+    def make(**kwargs) -> FakeNVML:
+        fakes.append(FakeNVML(**kwargs))
+        return fakes[-1]
+
+    yield make
+    for fake in fakes:
+        fake.release.set()
+    for answered in list(monitor_module._stuck):
+        assert answered.wait(30), "a sampler stayed inside NVML after the hang was released"
+
+
+def test_a_hung_nvml_at_the_start_costs_a_bounded_wait_and_is_partial(hung):
+    fake = hung(hang_after=0, hang_seconds=20)  # every call: 20 s, as a stuck driver
+    caller = threading.get_ident()
+    monitor = Monitor("gpu:0", interval=HOUR, nvml=fake, clock=fake.clock,
+                      cpu_clock=CPUClock(fake.clock))
+    monitor.start()
+    fake.clock.advance(1.0)
+    result = monitor.stop()
+    assert fake.calls[caller] == 0 and sum(fake.calls.values()) == 1  # nvmlInit, in the thread
+    assert result["partial"] is True and result["source"] is None
+    assert result["reason"] == ("NVML did not answer within 0.2 s at the start: no GPU figures "
+                                "for this region")
+    assert result["gpu_util_percent_mean"] is None and result["energy_joules"] is None
+    assert result["cpu_util_percent_mean"] == 100.0 and result["seconds"] == 1.0
+    # while that call hangs, the next region asks NVML nothing and waits for nothing
+    later = Monitor("gpu:0", interval=HOUR, nvml=fake, clock=fake.clock,
+                    cpu_clock=CPUClock(fake.clock)).start()
+    fake.clock.advance(1.0)
+    second = later.stop()
+    assert second["partial"] is True and "an earlier NVML call has not answered" in (
+        second["reason"])
+    assert sum(fake.calls.values()) == 1
+
+
+def test_a_nvml_that_hangs_mid_region_costs_a_bounded_wait_at_stop(hung):
+    fake = hung(hang_after=12, hang_seconds=20)  # start-up's 9 calls and one sample answer
+    caller = threading.get_ident()
+    monitor = Monitor("gpu:0", interval=0.01, nvml=fake, clock=fake.clock,
+                      cpu_clock=CPUClock(fake.clock)).start()
+    assert monitor._ready.is_set() and monitor._source == "nvml"
+    deadline = time.monotonic() + 30
+    while sum(fake.calls.values()) <= 12 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the thread samples until NVML hangs
+    fake.clock.advance(1.0)
+    result = monitor.stop()
+    assert fake.calls[caller] == 0
+    assert result["partial"] is True and result["source"] == "nvml"
+    assert result["reason"].startswith("an NVML call took over 0.2 s")
+    assert result["energy_joules"] is None and result["seconds"] == 1.0
+
+
+# ---- impossible readings: dropped figure by figure, with the reason
+
+def test_impossible_readings_are_dropped_field_by_field_with_a_reason():
+    fake = FakeNVML([FakeGPU(util_percent=-35.9, power_mw=lambda t: 250_000 if t < 0.5 else -1,
+                             sm_clock_mhz=float("nan"),
+                             energy_mj=lambda t: 5_000_000 - 1_000_004 * t)])
+    result = region(fake)
+    assert result["source"] == "nvml" and result["partial"] is False
+    assert result["gpu_util_percent_mean"] is None and result["gpu_util_percent_max"] is None
+    assert result["sm_clock_mhz_mean"] is None
+    assert result["power_watts_mean"] == 250.0 and result["power_watts_max"] == 250.0
+    assert result["gpu_memory_used_mb_max"] == 2048.0  # the figures that were right stay
+    assert result["energy_method"] == "power_integral" and result["energy_joules"] > 0
+    reason = result["reason"]
+    assert reason.startswith("NVML gave impossible readings, dropped: ")
+    assert "utilisation % -35 is outside 0-100" in reason and "power (mW) -1 is outside" in reason
+    assert "SM clock (MHz) nan is outside" in reason
+    assert "the energy counter ran backwards (5000000 to 3999996 mJ)" in reason
+
+
+@pytest.mark.parametrize("name, value, ok", [
+    ("util", 100, True), ("util", 0, True), ("util", 101, False), ("util", -1, False),
+    ("power", float("inf"), False), ("memory", 1e308, False), ("clock", True, False),
+    ("energy", None, False), ("reasons", 0x4, True)])
+def test_plausible_readings(name, value, ok):
+    assert (monitor_module.plausible(name, value) is None) is ok

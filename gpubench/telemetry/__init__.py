@@ -5,7 +5,9 @@ binding `pynvml` (the nvidia-ml-py package). It never imports an ML framework an
 never syncs a device; the caller's timing does that. `Monitor` samples in a
 daemon thread while the region runs and leaves the record's `telemetry` object in
 `.result`; nothing in it raises once it has started: where a figure cannot be read
-it is null, and `reason` says why in words.
+it is null, and `reason` says why in words. Every NVML call is made in that thread: a hung
+driver costs the region at most `monitor.NVML_WAIT_S`, and an impossible reading costs only
+its own figure.
 
 Units: NVML gives power in mW, energy in mJ, clocks in MHz, utilisation in % and
 memory in bytes; the record has W, J, MHz, % and MiB (`gpu_memory_used_mb_max`,

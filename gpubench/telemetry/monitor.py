@@ -43,7 +43,25 @@ DEFAULT_INTERVAL = 0.1
 # back-to-back 8192^3 matmuls. Such regions get null busy % and energy, and a reason.
 MIN_AVERAGED_SECONDS = 0.5
 
-_JOIN_TIMEOUT_S = 5.0  # a sampler stuck in NVML longer than this is abandoned (partial)
+# NVML is only ever called from the sampler thread: the caller's thread waits at most this long
+# for NVML's first answer at start() and for its last at stop(). A hung driver thus costs a
+# region this delay at most, and its telemetry is partial, with the reason.
+NVML_WAIT_S = 2.0
+# Readings NVML cannot truthfully give: (least, most) in NVML's units, and the figure in words.
+PLAUSIBLE = {"util": (0, 100, "utilisation %"), "memory": (0, 2**50, "memory used (bytes)"),
+             "clock": (0, 10_000, "SM clock (MHz)"), "power": (0, 10_000_000, "power (mW)"),
+             "energy": (0, 2**63, "energy counter (mJ)"), "reasons": (0, 2**64, "reasons mask")}
+_stuck: list[threading.Event] = []  # set when a sampler given up on leaves its NVML call
+
+
+def plausible(name: str, value: Any) -> str | None:
+    """None if `value` is a reading figure `name` can have, else why not, in words."""
+    least, most, words = PLAUSIBLE[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{words} {value!r:.40} is not a number"
+    if not math.isfinite(value) or not least <= value <= most:
+        return f"{words} {value!r:.40} is outside {least}-{most:,}"
+    return None
 
 
 class Monitor:
@@ -52,7 +70,7 @@ class Monitor:
     Use as `with Monitor("gpu:0") as m: ...` or `m.start(); ...; m.stop()`; `.result`
     (None until stopped) is the record's `telemetry` object. `device` is "cpu" or
     "gpu:N". `nvml`, `clock` and `cpu_clock` stand in for pynvml, time.perf_counter and
-    time.process_time in tests.
+    time.process_time in tests. Every NVML call runs in the sampler thread.
     """
 
     def __init__(self, device: str, interval: float = DEFAULT_INTERVAL, *, nvml: Any = None,
@@ -81,7 +99,8 @@ class Monitor:
         self.stop()
 
     def start(self) -> Monitor:
-        """Take the first sample and start the sampler thread."""
+        """Start the sampler thread, wait (at most NVML_WAIT_S) for its first GPU reading, and
+        take the first sample."""
         if self._thread is not None:
             raise RuntimeError("Monitor.start: it is already running; call stop() first")
         self.result = None
@@ -94,37 +113,63 @@ class Monitor:
         self._source: str | None = None
         self._reason: str | None = None
         self._failure: str | None = None
+        self._abandoned = False  # NVML did not answer in time: the thread's answers are ignored
+        self._dropped: dict[str, str] = {}  # figure -> why its first impossible reading was dropped
         self._energy_end: Any = None
         self._first_gpu: dict[str, Any] = {}
+        self._ready, self._last = threading.Event(), threading.Event()
+        self._last_gpu: dict[str, Any] = {}
         try:
             self._packages = rapl_packages()
         except Exception:  # noqa: BLE001
             self._packages = []
-        try:
-            self._start_gpu()
-        except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
-            self._readers, self._source = {}, None
-            self._reason = f"NVML failed at the start: {error_text(error)}"
-        self._sample(first=True)
+        self._closed = False  # stop() has summed up: the thread keeps nothing more
         self._thread = threading.Thread(target=self._run, name="gpubench-telemetry",
                                         daemon=True)
+        if self.index is None:
+            self._reason = CPU_DEVICE  # no NVML at all
+            self._ready.set()
+        elif any(not answered.is_set() for answered in _stuck):
+            self._give_up("an earlier NVML call has not answered yet", None)
+            self._ready.set()  # the thread asks NVML nothing
         self._thread.start()
+        if not self._ready.wait(NVML_WAIT_S):
+            self._give_up(f"NVML did not answer within {NVML_WAIT_S:g} s at the start",
+                          self._ready)
+        self._sample(first=True)
         return self
 
+    def _give_up(self, why: str, answered: threading.Event | None) -> None:
+        """Go on without GPU figures: the region is partial, `why` is its reason, and until
+        `answered` is set no other Monitor asks NVML."""
+        with self._lock:
+            self._abandoned = True
+            self._readers, self._source, self._first_gpu = {}, None, {}
+            self._failure = f"{why}: no GPU figures for this region"
+        if answered is not None:
+            _stuck[:] = [event for event in _stuck if not event.is_set()] + [answered]
+
     def stop(self) -> dict:
-        """Take the last sample, stop the thread and return (and keep) the result."""
+        """Take the last sample (its GPU reading from the thread, waited for at most
+        NVML_WAIT_S), stop the thread and return (and keep) the result."""
         if self._thread is None:
             if self.result is None:
                 self.result = unmeasured("the Monitor was never started")
             return self.result
+        called = self._clock(), self._cpu_clock()
         self._stop.set()
-        self._thread.join(_JOIN_TIMEOUT_S)
-        stuck = self._thread.is_alive()
+        answered = self._abandoned or self._last.wait(NVML_WAIT_S)
+        now, cpu = (self._clock(), self._cpu_clock()) if answered else called
+        if not answered:  # the figures so far stay; the region ended when stop() was called
+            with self._lock:
+                self._failure = self._failure or f"an NVML call took over {NVML_WAIT_S:g} s"
+            _stuck[:] = [event for event in _stuck if not event.is_set()] + [self._last]
         self._thread = None
-        if stuck and self._failure is None:
-            self._failure = f"an NVML call took over {_JOIN_TIMEOUT_S:g} s"
         try:
-            self._sample(last=True, gpu=not stuck)
+            with self._lock:
+                values = dict(self._last_gpu) if answered and not self._abandoned else {}
+                self._closed = True
+            self._keep(now, cpu, values, last=True, closing=True)
             self.result = self._summary()
         except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
             self.result = {**unmeasured(f"telemetry failed: {error_text(error)}"),
@@ -132,24 +177,32 @@ class Monitor:
         return self.result
 
     def _start_gpu(self) -> None:
-        """Find the NVML device and the figures it gives; set source or reason."""
-        if self.index is None:
-            self._reason = CPU_DEVICE
-            return
+        """(In the sampler thread) find the NVML device and the figures it gives, take the first
+        GPU reading, and publish them, unless start() stopped waiting."""
+        readers, first, source, reason = {}, {}, None, None
+        try:
+            readers, first, source, reason = self._find_gpu()
+        except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
+            reason = f"NVML failed at the start: {error_text(error)}"
+        first = self._checked(first)
+        with self._lock:
+            if not self._abandoned:
+                self._readers, self._first_gpu = readers, first
+                self._source, self._reason = source, reason
+        self._ready.set()
+
+    def _find_gpu(self) -> tuple[dict, dict, str | None, str | None]:
+        """(readers, first reading, source, reason) of this Monitor's GPU, asking NVML."""
         nvml = self._nvml if self._nvml is not None else import_pynvml()
         if nvml is None:
-            self._reason = NO_PYNVML
-            return
+            return {}, {}, None, NO_PYNVML
         failure = start_nvml(nvml)
         if failure is not None:
-            self._reason = failure
-            return
+            return {}, {}, None, failure
         handle, failure, caveat = resolve_handle(nvml, self.index)
         if handle is None:
-            self._reason = failure
-            return
-        readers, first = {}, {}
-        errors = []
+            return {}, {}, None, failure
+        readers, first, errors = {}, {}, []
         for name, read in gpu_readers(nvml, handle).items():
             try:  # a figure this GPU does not give (NotSupported and the like) stays null
                 first[name] = read()
@@ -157,34 +210,62 @@ class Monitor:
             except Exception as error:  # noqa: BLE001
                 errors.append(error_text(error))
         if not readers:
-            self._reason = f"NVML reads nothing for {self.device}: {errors[0]}"
-            return
-        self._readers, self._first_gpu = readers, first
-        self._source, self._reason = "nvml", caveat
+            return {}, {}, None, f"NVML reads nothing for {self.device}: {errors[0]}"
+        return readers, first, "nvml", caveat
 
     def _run(self) -> None:
-        """The sampler thread: one sample per interval until stop."""
+        """The sampler thread: the GPU found, then one sample per interval until stop, then the
+        last GPU reading (energy included) for stop()."""
+        if not self._ready.is_set():
+            self._start_gpu()
         while not self._stop.wait(self.interval):
             self._sample()
+        self._last_gpu = self._read_gpu(last=True)
+        self._last.set()
 
-    def _sample(self, first: bool = False, last: bool = False, gpu: bool = True) -> None:
-        """Read the clocks, the GPU figures and RAPL once and keep them."""
-        now, cpu = self._clock(), self._cpu_clock()
-        values: dict[str, Any] = {}
-        if first:
-            values = dict(self._first_gpu)
-        elif gpu and self._readers and self._failure is None:
-            wanted = self._readers if last else {k: r for k, r in self._readers.items()
-                                                 if k != "energy"}
-            try:
-                values = {name: read() for name, read in wanted.items()}
-            except Exception as error:  # noqa: BLE001  (the GPU went away mid-run)
-                values = {}
+    def _read_gpu(self, last: bool = False) -> dict[str, Any]:
+        """One GPU reading of every figure (the energy counter only when `last`), impossible
+        values dropped; {} once NVML has failed."""
+        if not self._readers or self._failure is not None:
+            return {}
+        wanted = self._readers if last else {k: r for k, r in self._readers.items()
+                                             if k != "energy"}
+        try:
+            return self._checked({name: read() for name, read in wanted.items()})
+        except Exception as error:  # noqa: BLE001  (the GPU went away mid-run)
+            with self._lock:
+                self._failure = (f"NVML failed after {len(self._times)} samples: "
+                                 f"{error_text(error)}")
+            return {}
+
+    def _checked(self, values: dict[str, Any]) -> dict[str, Any]:
+        """`values` without the readings NVML cannot truthfully give; the first such reading of
+        each figure is kept in words for the reason."""
+        kept = {}
+        for name, value in values.items():
+            why = plausible(name, value) if name in PLAUSIBLE else None
+            if why is None:
+                kept[name] = value
+            else:
                 with self._lock:
-                    self._failure = (f"NVML failed after {len(self._times)} samples: "
-                                     f"{error_text(error)}")
+                    self._dropped.setdefault(name, why)
+        return kept
+
+    def _sample(self, first: bool = False) -> None:
+        """Read the clocks, the GPU figures and RAPL once and keep them (`first`: the GPU
+        reading the thread took at the start)."""
+        now, cpu = self._clock(), self._cpu_clock()
+        values = dict(self._first_gpu) if first else self._read_gpu()
+        self._keep(now, cpu, values)
+
+    def _keep(self, now: float, cpu: float, values: dict[str, Any], last: bool = False,
+              closing: bool = False) -> None:
+        """Keep one sample: the clocks, a GPU reading and RAPL's counters (nothing once stop()
+        has summed up, unless it is stop()'s own `closing` sample)."""
         rapl = read_rapl(self._packages) if self._packages else None
         with self._lock:
+            if self._closed and not closing:
+                return
             self._times.append(now)
             self._cpu.append(cpu)
             self._gpu.append(values)
@@ -202,6 +283,8 @@ class Monitor:
         result.update(interval_s=self.interval, samples=len(times), seconds=round(seconds, 6))
         result.update(cpu_figures(times, cpu))
         result.update(rapl_figures(self._packages, rapl))
+        if self._abandoned:
+            result.update(partial=True, reason=self._failure)
         if self._source is None:
             return result
         partial = self._failure is not None
@@ -238,6 +321,10 @@ class Monitor:
             result["clock_event_reasons"] = sorted(seen)
         if not partial:
             result.update(self._energy(times, gpu))
+        if self._dropped:
+            dropped = "NVML gave impossible readings, dropped: " + "; ".join(
+                self._dropped.values())
+            result["reason"] = "; ".join(r for r in (result.get("reason"), dropped) if r)
         if times[-1] - times[0] < MIN_AVERAGED_SECONDS:  # shorter than NVML's own averaging
             result.update(gpu_util_percent_mean=None, gpu_util_percent_max=None,
                           energy_joules=None, energy_method=None)
@@ -248,9 +335,11 @@ class Monitor:
 
     def _energy(self, times: Sequence[float], gpu: Sequence[dict]) -> dict:
         """GPU energy: the counter's end minus start, else the trapezoid of power over time."""
-        if "energy" in self._readers and self._energy_end is not None:
-            joules = (self._energy_end - gpu[0]["energy"]) / 1000
-            return {"energy_joules": round(joules, 3), "energy_method": "counter"}
+        start, end = gpu[0].get("energy"), self._energy_end
+        if start is not None and end is not None and end >= start:
+            return {"energy_joules": round((end - start) / 1000, 3), "energy_method": "counter"}
+        if start is not None and end is not None:
+            self._dropped["energy"] = f"the energy counter ran backwards ({start} to {end} mJ)"
         if "power" in self._readers:
             points = [(t, row["power"]) for t, row in zip(times, gpu, strict=True)
                       if "power" in row]

@@ -601,3 +601,24 @@ def test_impossible_readings_are_dropped_field_by_field_with_a_reason():
     ("energy", None, False), ("reasons", 0x4, True)])
 def test_plausible_readings(name, value, ok):
     assert (monitor_module.plausible(name, value) is None) is ok
+
+
+def test_a_stored_record_with_impossible_telemetry_keeps_its_row_and_timing(tmp_path):
+    """What an older gpubench stored (-1,000,004 J, -35.9 % busy) costs those fields only."""
+    from test_report import _gpu_run, _lines_with, build_text, table_rows, train
+
+    bad = {**_gpu_run(23.0), "epoch_gpu_util_percent": [-35.9] * 15}
+    bad["telemetry"].update(energy_joules=-1_000_004.0, gpu_util_percent_mean=-35.9)
+    with pytest.warns(UserWarning, match="dropped") as warned:
+        text = build_text(_lines_with(tmp_path, [train("cpu", 300.0), bad]))
+    dropped = sorted(str(w.message).split(": ", 1)[1] for w in warned)
+    assert dropped == [
+        "train field 'epoch_gpu_util_percent' is [-35.9, -35.9, -35.9, -35.9, -35.9, -35.9, "
+        "-35.9, -35.9, ..., dropped; the report needs a list of (a number from 0 to 100 or null) or null",
+        "train field 'telemetry.energy_joules' is -1000004.0, dropped; the report needs a finite "
+        "number >= 0 or null",
+        "train field 'telemetry.gpu_util_percent_mean' is -35.9, dropped; the report needs a "
+        "number from 0 to 100 or null"]
+    assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu", "vm · gpu"]
+    assert "skipped" not in text and "-35.9 %" not in text and "-1,000,004" not in text
+    assert "telemetry.energy_joules' is -1000004.0, dropped" in text  # What went wrong names it

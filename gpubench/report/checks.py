@@ -1,5 +1,7 @@
 """The record-checking rules: every field a table or chart computes with is checked per record
-first, and a record that fails is skipped with a warning naming its file, line and field."""
+first, and a record that fails is skipped with a warning naming its file, line and field. A
+telemetry field that fails costs only itself: it is dropped (null), with a warning naming it,
+and the record and its timings stay."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ POSITIVE_COUNT: Rule = (lambda v: _finite(v) and isinstance(v, int) and v > 0,
                         "a whole number >= 1")
 NUMBER: Rule = (lambda v: _finite(v) and v >= 0), "a finite number >= 0"
 POSITIVE: Rule = (lambda v: _finite(v) and v > 0), "a finite number > 0"
+PERCENT: Rule = (lambda v: _finite(v) and 0 <= v <= 100), "a number from 0 to 100"
 
 # (field, rule, for every record or only "ok" ones). "a.b" is field b of the object a.
 _ALL, _OK = "all", "ok"
@@ -45,17 +48,25 @@ _COMMON = [("env", NAME, _ALL), ("notebook", TEXT, _ALL), ("device", NAME, _ALL)
            ("backend", NAME, _ALL), ("error", _optional(TEXT), _ALL),
            ("environment.hostname", _optional(TEXT), _ALL),
            ("environment.gpus", _optional(_list_of(OBJECT)), _ALL),
-           ("environment.git_commit", _optional(TEXT), _ALL),
-           ("telemetry", _optional(OBJECT), _OK)]
+           ("environment.git_commit", _optional(TEXT), _ALL)]
 TELEMETRY_NUMBERS = ("interval_s", "samples", "seconds", "gpu_util_percent_mean",
                       "gpu_util_percent_max", "gpu_memory_used_mb_max", "sm_clock_mhz_mean",
                       "power_watts_mean", "power_watts_max", "energy_joules",
                       "cpu_util_percent_mean", "cpu_util_percent_max", "cpu_energy_joules")
-_TELEMETRY = ([(f"telemetry.{name}", _optional(NUMBER), _OK) for name in TELEMETRY_NUMBERS]
-              + [(f"telemetry.{name}", _optional(TEXT), _OK)
-                 for name in ("source", "reason", "energy_method", "cpu_energy_method")]
-              + [("telemetry.partial", _optional(FLAG), _OK),
-                 ("telemetry.clock_event_reasons", _optional(_list_of(TEXT)), _OK)])
+_PERCENTS = ("gpu_util_percent_mean", "gpu_util_percent_max")
+# Telemetry fields of ok records: one that fails is dropped (null), not the record.
+TELEMETRY_RULES = (
+    [("telemetry", _optional(OBJECT))]
+    + [(f"telemetry.{name}", _optional(PERCENT if name in _PERCENTS else NUMBER))
+       for name in TELEMETRY_NUMBERS]
+    + [(f"telemetry.{name}", _optional(TEXT))
+       for name in ("source", "reason", "energy_method", "cpu_energy_method")]
+    + [("telemetry.partial", _optional(FLAG)),
+       ("telemetry.clock_event_reasons", _optional(_list_of(TEXT))),
+       ("epoch_energy_joules", _optional(_list_of(NUMBER, nulls=True))),
+       ("epoch_gpu_util_percent", _optional(_list_of(PERCENT, nulls=True))),
+       ("epoch_cpu_util_percent", _optional(_list_of(NUMBER, nulls=True))),
+       ("epoch_clock_event_reasons", _optional(_list_of(_list_of(TEXT), nulls=True)))])
 _MATMUL = [("size", POSITIVE_COUNT, _ALL), ("method", NAME, _ALL), ("dtype", _optional(NAME), _ALL),
            ("seconds", _optional(POSITIVE), _OK), ("call_seconds", _optional(POSITIVE), _OK),
            ("gflops", _optional(NUMBER), _OK),
@@ -75,10 +86,7 @@ _TRAIN = [("model", NAME, _ALL), ("dataset", _optional(TEXT), _ALL),
           *[(name, _optional(NUMBER), _OK) for name in (
               "first_epoch_seconds", "steady_epoch_seconds", "steady_epoch_iqr", "total_seconds",
               "samples_per_second", "test_accuracy", "achieved_gflops")],
-          ("steps_measured", _optional(POSITIVE_COUNT), _OK), ("time_boxed", _optional(FLAG), _OK),
-          *[(name, _optional(_list_of(NUMBER, nulls=True)), _OK) for name in (
-              "epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_util_percent")],
-          ("epoch_clock_event_reasons", _optional(_list_of(_list_of(TEXT), nulls=True)), _OK)]
+          ("steps_measured", _optional(POSITIVE_COUNT), _OK), ("time_boxed", _optional(FLAG), _OK)]
 _SCALING = _TRAIN + [("strategy", _optional(TEXT), _ALL), ("replicas", _optional(COUNT), _ALL),
                      ("workers", _optional(COUNT), _ALL),
                      ("global_batch_size", _optional(COUNT), _ALL),
@@ -86,9 +94,9 @@ _SCALING = _TRAIN + [("strategy", _optional(TEXT), _ALL), ("replicas", _optional
                      ("virtual_devices", _optional(COUNT), _ALL),
                      ("all_reduce", _optional(TEXT), _ALL),
                      ("scaling_efficiency", _optional(NUMBER), _OK)]
-RULES = {"matmul": _COMMON + _TELEMETRY + _MATMUL,
-         "train": _COMMON + _TELEMETRY + _TRAIN + [("train_samples", POSITIVE_COUNT, _OK)],
-         "scaling": _COMMON + _TELEMETRY + _SCALING}
+RULES = {"matmul": _COMMON + _MATMUL,
+         "train": _COMMON + _TRAIN + [("train_samples", POSITIVE_COUNT, _OK)],
+         "scaling": _COMMON + _SCALING}
 
 
 def _value(record: dict, path: str) -> tuple[bool, Any]:
@@ -100,6 +108,29 @@ def _value(record: dict, path: str) -> tuple[bool, Any]:
     return True, holder.get(name)
 
 
+def _shown(value: Any) -> str:
+    """`value` as a warning shows it: its repr, cut at 60 characters."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def without_bad_telemetry(record: dict, problems: list[str] | None = None) -> dict:
+    """`record` with each telemetry field of TELEMETRY_RULES that fails set to null, each named
+    in a warning (also added to `problems`): a bad figure never costs the record or its timing."""
+    if record["status"] != "ok":
+        return record
+    for path, (test, words) in TELEMETRY_RULES:
+        present, value = _value(record, path)
+        if present and not test(value):
+            owner, _, name = path.rpartition(".")
+            record = ({**record, owner: {**record[owner], name: None}} if owner
+                      else {**record, name: None})
+            results.skipped(f"{record.get('_origin', 'a record')}: {record['benchmark']} field "
+                            f"{path!r} is {_shown(value)}, dropped; the report needs {words}",
+                            problems)
+    return record
+
+
 def check(record: dict) -> None:
     """Raise ValueError naming the first field the report would compute with that is unusable."""
     ok = record["status"] == "ok"
@@ -108,10 +139,8 @@ def check(record: dict) -> None:
             continue
         present, value = _value(record, path)
         if present and not test(value):
-            shown = repr(value)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise ValueError(f"{record['benchmark']} field {path!r} is {shown}; the report needs "
-                             f"{words}")
+            raise ValueError(f"{record['benchmark']} field {path!r} is {_shown(value)}; the "
+                             f"report needs {words}")
     if ok and record["benchmark"] != "matmul" and record.get("time_boxed"):
         for name in ("steps_measured", "batch_size"):
             if not POSITIVE_COUNT[0](record.get(name)):
@@ -125,6 +154,7 @@ def usable(records: list[dict], problems: list[str] | None = None) -> list[dict]
     kept = []
     for record in records:
         try:
+            record = without_bad_telemetry(record, problems)
             check(record)
         except ValueError as exc:
             results.skipped(f"{record.get('_origin', 'a record')}: skipped: {exc}", problems)

@@ -104,7 +104,7 @@ def problems_section(records: list[dict], jobs: list[list[str]], problems: list[
                   f"{first_line(r.get('error'))}".rstrip() for r in bad] + [""]
     if problems:
         more = len(problems) - SHOWN_PROBLEMS
-        lines += ["Lines and records skipped while reading results:", ""]
+        lines += ["Lines, records and fields left out while reading results:", ""]
         lines += [f"- `{code(p)}`" for p in problems[:SHOWN_PROBLEMS]]
         lines += [f"- and {more} more (`gpubench report` warns of each)"] if more > 0 else []
         lines += [""]

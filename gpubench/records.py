@@ -78,7 +78,12 @@ def label_columns(records: list[dict]) -> None:
 
 def dedupe(records: list[dict]) -> list[dict]:
     """One record per measurement: the last of those with the same identity."""
-    return list({tuple(str(r.get(k)) for k in _IDENTITY): r for r in records}.values())
+    return list({identity(r): r for r in records}.values())
+
+
+def identity(record: dict) -> tuple:
+    """What makes one measurement (`_IDENTITY`'s fields, as text)."""
+    return tuple(str(record.get(k)) for k in _IDENTITY)
 
 
 def backend_rank(name: str) -> tuple[int, str]:

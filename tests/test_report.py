@@ -200,20 +200,33 @@ def _sweep(gpu_seconds: float) -> list[dict]:
 
 
 @pytest.mark.parametrize("gpu_seconds,words", [
-    (1.6, "the GPU wins from 2000 x 2000 up"),
-    (0.1, "the GPU wins at every size measured (from 500)"),
-    (9.0, "the GPU never beat the CPU at the sizes measured"),
+    (1.6, "the GPU wins from n = 2000 (n = 500–3000 measured) when products stream"),
+    (0.1, "the GPU wins at every size measured (n = 500–3000) when products stream"),
+    (9.0, "the GPU wins at no size measured (n = 500–3000) when products stream"),
 ])
 def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words):
     text = build_text(write_run(tmp_path, _sweep(gpu_seconds)))
-    assert f"Crossover (rigorous): {words};" in text
+    assert f"- **gpu float32 vs CPU float32**: {words} (product time)." in text
+    assert "- Pairing: vm · gpu's GPU timings against the CPU timings of the same env" in text
 
 
-def test_a_gpu_sweep_without_a_cpu_sweep_claims_no_crossover(tmp_path):
+def test_the_crossover_is_where_the_gpu_wins_from_then_on_not_a_lucky_size():
+    from gpubench.records import crossover
+
+    assert crossover([(500, 0.5), (1000, 1.2), (1500, 0.9), (2000, 1.5), (2500, 3.0)]) == 2000
+    assert crossover([(500, 2.0), (1000, 0.5)]) is None
+    assert report.matmul.crossover_words([(500, 2.0), (1000, 0.5)]) == (
+        "only at n = 500, not at the largest measured (n = 1000)")
+
+
+def test_a_gpu_sweep_without_a_cpu_sweep_claims_no_crossover_and_draws_no_speedup(tmp_path):
     gpu_only = [r for r in _sweep(0.1) if r["device"] != "cpu"]
     text = build_text(write_run(tmp_path, gpu_only))
-    assert "Crossover (rigorous): no CPU measured in this env to compare with;" in text
-    assert "never beat" not in text
+    assert "vm · gpu timed no CPU, and this machine has no CPU env of the same backend" in text
+    assert "no speedup and no crossover to give" in text and "wins" not in text
+    assert "No speedup chart: no GPU timing pairs with a CPU timing" in text
+    assert not (tmp_path / "matmul_speedup.png").exists()
+    assert (tmp_path / "matmul_time.png").exists()
 
 
 def test_a_model_the_cpu_env_did_not_train_is_not_its_own_baseline(tmp_path):
@@ -301,18 +314,24 @@ def test_unstable_speed_factors_variants_are_named_as_the_factors_table_names_th
 def test_matmul_shows_percent_of_datasheet_peak_where_known(tmp_path):
     records = [matmul("gpu", "gpu", 1000, 0.01, spec_peak_gflops=800.0),
                matmul("gpu", "cpu", 1000, 0.1)]
-    row = table_rows(build_text(write_run(tmp_path, records)), "1000")[0]
-    assert row[1:] == ["0.1 s (20 GFLOP/s)", "0.01 s (200 GFLOP/s, 25% of datasheet peak)"]
+    cpu, gpu = table_rows(build_text(write_run(tmp_path, records)), "1000")
+    assert cpu[1:] == ["100 ms", "20"] and gpu[1:] == ["10 ms", "200", "25%"]
 
 
-def test_the_matmul_time_chart_shows_the_books_figures_dashed():
+def test_the_books_timing_has_its_own_panel_with_the_books_figures_dashed():
     from matplotlib.figure import Figure
 
-    ax = report.matmul.plot(_sweep(1.6), "seconds", Figure().subplots())
-    book = [line for line in ax.get_lines() if line.get_label().startswith(
+    records = _sweep(1.6) + [matmul("gpu", "gpu", 500, 2.0, method="book")]
+    measured, book_ax = Figure().subplots(1, 2)
+    report.matmul.plot(records, "seconds", measured)
+    report.matmul.plot_book(records, book_ax)
+    assert not any("book" in line.get_label() for line in measured.get_lines())
+    book = [line for line in book_ax.get_lines() if line.get_label().startswith(
         "book: GT 720 / its CPU (single run)")]
     assert len(book) == 2 and all(line.get_linestyle() == "--" for line in book)
     assert list(book[0].get_xdata()) == [500, 1000, 2000, 3000, 4000, 5000]
+    assert [line.get_label() for line in book_ax.get_lines()][0] == (
+        "gpu (book's single timing)")
 
 
 def _factor(factor: str, rounds: list[float], **fields) -> dict:
@@ -569,7 +588,7 @@ def _lines_with(tmp_path: Path, records: list[dict]) -> Path:
 @pytest.mark.parametrize("field,value,words", [
     ("method", None, "matmul field 'method' is None; the report needs a non-empty string"),
     ("seconds", -1, "matmul field 'seconds' is -1; the report needs a finite number > 0"),
-    ("seconds", 1e400, "matmul field 'seconds' is None"),  # inf is written as null
+    ("call_seconds", 0, "matmul field 'call_seconds' is 0; the report needs a finite number > 0"),
     ("size", 10**30, "matmul field 'size' is 1000000000000000000000000000000"),
 ])
 def test_a_matmul_record_the_report_cannot_use_is_skipped_naming_line_and_field(
@@ -585,8 +604,8 @@ def test_a_matmul_record_the_report_cannot_use_is_skipped_naming_line_and_field(
 def test_a_matmul_record_whose_gflops_is_null_is_shown_without_it(tmp_path):
     records = [{**matmul("gpu", "gpu", 1000, 0.01), "gflops": float("nan")},
                matmul("gpu", "cpu", 1000, 0.1)]
-    row = table_rows(build_text(_lines_with(tmp_path, records)), "1000")[0]
-    assert row[1:] == ["0.1 s (20 GFLOP/s)", "0.01 s (– GFLOP/s)"]
+    cpu, gpu = table_rows(build_text(_lines_with(tmp_path, records)), "1000")
+    assert cpu[1:] == ["100 ms", "20"] and gpu[1:] == ["10 ms"]  # no GFLOP/s column of dashes
 
 
 @pytest.mark.parametrize("field,value,path", [
@@ -834,7 +853,8 @@ def test_every_table_is_followed_by_a_line_explaining_its_columns(tmp_path):
     jobs = [job("cpu", "Mnist_CNN", "failed", "ValueError: epochs must be positive")]
     write_run(_lines_with(tmp_path, _fuzz_base()), [], jobs)  # run.json beside the records
     tables = _tables(build_text(tmp_path))
-    assert len(tables) == 8  # book, backends, telemetry, matmul, factors, scaling, jobs, envs
+    # book, backends, telemetry, matmul (cpu and gpu), factors, scaling, jobs, envs
+    assert len(tables) == 9
     explained = set()
     for headers, note in tables:
         assert note.startswith("Columns: "), (headers, note)

@@ -424,9 +424,11 @@ GPU_RUN = {**telemetry.unmeasured(None), "source": "nvml", "gpu_util_percent_mea
 
 
 def test_line_for_a_gpu_run():
-    assert telemetry_text.line(GPU_RUN, epochs=15) == (
+    steady = [3.0] + [90.0, 91.0, 92.0] * 4 + [91.0, 91.0]  # epoch 1 compiles: left out
+    assert telemetry_text.line(GPU_RUN, epochs=15, epoch_gpu_util=steady) == (
         "GPU: busy 91 %, 287 W mean, 1,930 MHz, 412 J per epoch (counter); "
         "CPU: 104 % of one core")
+    assert "busy 91 % (run mean)" in telemetry_text.line(GPU_RUN, epochs=15)
     assert "6,180 J (counter)" in telemetry_text.line(GPU_RUN)
     power_only = {**GPU_RUN, "energy_method": "power_integral", "partial": True}
     assert "(power x time), partial" in telemetry_text.line(power_only, epochs=15)

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from gpubench import results
-from gpubench.records import dedupe, job_of, label_columns, latest_attempts
+from gpubench.records import dedupe, identity, job_of, label_columns, latest_attempts
 from gpubench.report.checks import usable
 from gpubench.report.format import first_line
 
@@ -46,19 +46,23 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
 
 def last_runs(records: list[dict], problems: list[str]) -> list[dict]:
     """Of a job (run dir, env, notebook) whose records come from several runs (run_id) in one
-    file, only the last run's records; the replaced runs are named in `problems`."""
-    runs: dict[tuple, list] = {}
+    file: a run that a later run repeats (any measurement of the same identity) is replaced by
+    it, and named in `problems`; runs that measured different things (another size, another
+    dtype, as the H200 reference's 8192 run beside its sweep) are all kept."""
+    runs: dict[tuple, dict] = {}
     for r in records:
-        runs.setdefault(job_of(r), []).append(r.get("run_id"))
-    last = {}
-    for (run_dir, env, notebook), ids in runs.items():
-        ids = list(dict.fromkeys(reversed(ids)))[::-1]  # in the order each last appears
-        last[(run_dir, env, notebook)] = ids[-1]
-        if len(ids) > 1:
-            results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
-                            f"{', '.join(map(str, ids))}; shown: run {ids[-1]}, whose records "
-                            "replace the others'", problems)
-    return [r for r in records if r.get("run_id") == last[job_of(r)]]
+        runs.setdefault(job_of(r), {}).setdefault(r.get("run_id"), set()).add(identity(r))
+    dropped = set()
+    for (run_dir, env, notebook), by_run in runs.items():
+        ids = list(by_run)
+        for i, run_id in enumerate(ids):
+            later = set().union(*(by_run[other] for other in ids[i + 1:]))
+            if by_run[run_id] & later:
+                dropped.add((run_dir, env, notebook, run_id))
+                results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
+                                f"{', '.join(map(str, ids))}; shown: run {ids[-1]}, whose records "
+                                "replace the others'", problems)
+    return [r for r in records if (*job_of(r), r.get("run_id")) not in dropped]
 
 
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:

@@ -26,7 +26,7 @@ from gpubench.records import (
     sweep_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import column_note, fmt, md_table
+from gpubench.report.format import explained_table, fmt
 
 QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
 # How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
@@ -188,7 +188,6 @@ def table(records: list[dict]) -> str:
     set-up; columns with nothing measured left out, the peak probe too (`peak_lines`)."""
     matmul = _sweep(records)
     blocks: list[str] = []
-    shown: set[str] = set()
     for device, dtype in sorted({(r["device"], dtype_of(r)) for r in matmul},
                                 key=lambda k: (k[0] != "cpu", k)):
         rows: dict[tuple, dict] = {}
@@ -201,10 +200,9 @@ def table(records: list[dict]) -> str:
         headers = [h for h in MATMUL_NOTES
                    if h == "size" or any(row.get(h, "–") != "–" for row in rows.values())]
         body = [[row.get(h, "–") for h in headers] for _, row in sorted(rows.items())]
-        blocks += [f"**{device} at {dtype}**", "", md_table(headers, body), ""]
-        shown.update(headers)
-    note = column_note([h for h in MATMUL_NOTES if h in shown], MATMUL_NOTES)
-    return "\n".join(blocks + [note])
+        blocks += [f"**{device} at {dtype}**", "",
+                   *explained_table(headers, body, MATMUL_NOTES)]
+    return "\n".join(blocks).rstrip()
 
 
 def alignment_lines(records: list[dict]) -> list[str]:

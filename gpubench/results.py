@@ -233,6 +233,11 @@ def _append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def _no_negative_zero(text: str) -> float:
+    """A JSON number as a float, -0.0 read as 0.0: no measurement is "minus zero"."""
+    return float(text) + 0.0
+
+
 def parse_line(line: str | bytes) -> dict:
     """One results line (text, or UTF-8 bytes) as a record; ValueError says why it is unreadable."""
     if isinstance(line, bytes):
@@ -242,7 +247,7 @@ def parse_line(line: str | bytes) -> dict:
             raise ValueError(f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
                              f"{exc.start + 1}): a damaged line") from None
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_float=_no_negative_zero)
     except (json.JSONDecodeError, RecursionError):
         raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
     if not isinstance(record, dict):

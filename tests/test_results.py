@@ -242,10 +242,10 @@ def test_a_results_file_that_is_a_directory_is_a_read_error_naming_it(tmp_path):
 
 
 def _junk(count: int) -> bytes:
-    """`count` unreadable lines, half text and half binary (no newline inside)."""
+    """`count` (even) unreadable lines, half text and half binary (no newline inside)."""
     text = [f'junk {i} {{"schema": 3, cut off'.encode() for i in range(count // 2)]
-    binary = [bytes([0xFF, 0xFE, 0x80 + i % 100, 0x00]) * (1 + i % 7) for i in range(count - count // 2)]
-    return b"\n".join(line for pair in zip(text, binary) for line in pair) + b"\n"
+    binary = [bytes([0xFF, 0xFE, 0x80 + i % 100, 0x00]) * (1 + i % 7) for i in range(count // 2)]
+    return b"\n".join(line for pair in zip(text, binary, strict=True) for line in pair) + b"\n"
 
 
 def test_a_file_of_junk_lines_is_counted_and_the_report_stays_its_size(tmp_path):
@@ -291,3 +291,9 @@ def test_a_line_too_long_to_be_a_record_is_read_past_not_kept(tmp_path, monkeypa
     assert problems == [f"{path}:2: skipped: a line longer than 10,000 bytes, not a record "
                         "gpubench writes"]
     assert max(seen) < 10_000  # the long line never reached the parser
+
+
+def test_minus_zero_is_read_as_zero(tmp_path):
+    (tmp_path / "results.jsonl").write_text(json.dumps(_record(seconds=-0.0, gflops=-0.0)) + "\n")
+    record = results.read_records(tmp_path)[0]
+    assert str(record["seconds"]) == "0.0" and str(record["gflops"]) == "0.0"

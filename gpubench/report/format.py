@@ -3,13 +3,26 @@ explain each table's columns (one place for every table of every chapter topic).
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
+MISSING, NOT_A_NUMBER = "–", "n/a"  # a value not measured; one that is no finite number
+_NEGATIVE_ZERO = re.compile(r"^-(?=[0.,]*(?:$|[^0-9.,]))")  # "-0", "-0.0 s", "-0%"
+
 
 def fmt(value, spec: str) -> str:
-    """`value` formatted with `spec`, or "–" when it is missing."""
-    return "–" if value is None else format(value, spec)
+    """`value` formatted with `spec`: "–" when it is missing, "n/a" when it is infinite or NaN,
+    and never "-0" (a negative that rounds to zero prints as zero)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, float) and not math.isfinite(value * (100 if spec.endswith("%") else 1)):
+        return NOT_A_NUMBER
+    text = format(value, spec)
+    if sum(c.isdigit() for c in text) > 15:  # no reader counts 16 digits: 1.2e+308
+        text = f"{value * 100:.3g}%" if spec.endswith("%") else f"{value:.3g}"
+    return _NEGATIVE_ZERO.sub("", text)
 
 
 def first_line(text: str | None) -> str:
@@ -26,13 +39,20 @@ def md_table(headers: list[str], rows: list[list], right: Sequence[str] = ()) ->
 
 
 def _cell(value: Any) -> str:
-    """A table cell's text on one line, its own "|" escaped."""
+    """A table cell's text on one line, its own "|" escaped; a number or None as `fmt` has it."""
+    if value is None or isinstance(value, float):
+        value = fmt(value, "")
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
 def _figure(value: float, digits: int) -> str:
     """`value` to `digits` significant figures, trailing zeros kept ("1.0", "0.64"); whole
     numbers from 100 up ("118")."""
+    if not math.isfinite(value):
+        return NOT_A_NUMBER
+    value += 0.0  # -0.0 prints as 0
+    if value >= 1e15:  # no reader counts 16 digits: 1.2e+308
+        return f"{value:.{digits}g}"
     if value >= 10 ** digits:
         return f"{value:.0f}"
     text = f"{value:#.{digits}g}"
@@ -42,6 +62,8 @@ def _figure(value: float, digits: int) -> str:
 def fmt_range(low: float, high: float, unit: str = "s") -> str:
     """A range as "0.64–1.0 s": two significant figures, more where two would not tell the
     ends apart, joined by an en dash."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return NOT_A_NUMBER
     for digits in (2, 3, 4):
         ends = _figure(low, digits), _figure(high, digits)
         if ends[0] != ends[1] or low == high:

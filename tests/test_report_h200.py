@@ -60,7 +60,7 @@ def test_the_crossover_sentences_name_the_pairing_and_the_sizes(h200):
             "same machine's JAX CPU env (vm · jax-gpu timed no CPU).") in text
     assert ("- **gpu:0 bfloat16 vs CPU float32**: the GPU wins at every size measured "
             "(n = 500–5000) for one product called alone (call latency); at no size measured "
-            "(n = 500–5000) by the book's single timing.") in text
+            "(n = 500–5000) by the book's single timing (set-up included).") in text
     assert "no CPU measured" not in text
 
 

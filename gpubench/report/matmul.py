@@ -32,13 +32,12 @@ QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's 
 # How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
 _WHEN = {PRODUCT: "when products stream (product time)",
          CALL: "for one product called alone (call latency)",
-         BOOK: "by the book's single timing"}
+         BOOK: "by the book's single timing (set-up included)"}
 _STYLE = {PRODUCT: "-", CALL: "--", BOOK: ":"}
 ALIGN_MULTIPLE = 8  # tensor cores' fast path wants dimensions that are multiples of 8 (16 bytes)
 
 MATMUL_NOTES = {
-    "size": "n, for the product of two n x n matrices; \"aligned\": a size timed beside a book "
-            f"size that is not a multiple of {ALIGN_MULTIPLE}",
+    "size": "n, for the product of two n x n matrices",
     "product time": "per product, products queued back to back with one sync per block, the "
                     "median of the blocks: what the arithmetic costs",
     "GFLOP/s": "2n³ over the product time",
@@ -200,8 +199,11 @@ def table(records: list[dict]) -> str:
         headers = [h for h in MATMUL_NOTES
                    if h == "size" or any(row.get(h, "–") != "–" for row in rows.values())]
         body = [[row.get(h, "–") for h in headers] for _, row in sorted(rows.items())]
-        blocks += [f"**{device} at {dtype}**", "",
-                   *explained_table(headers, body, MATMUL_NOTES)]
+        notes = MATMUL_NOTES
+        if any("aligned" in row["size"] for row in rows.values()):
+            notes = {**notes, "size": notes["size"] + "; \"aligned\": the next multiple of "
+                     f"{ALIGN_MULTIPLE} timed beside a book size that is not one"}
+        blocks += [f"**{device} at {dtype}**", "", *explained_table(headers, body, notes)]
     return "\n".join(blocks).rstrip()
 
 
@@ -221,9 +223,11 @@ def alignment_lines(records: list[dict]) -> list[str]:
         ratio = r["gflops"] / book["gflops"]
         verdict = ("sizes that are not a multiple of 8 leave the tensor cores' fast path"
                    if ratio > 1.1 else "alignment made no clear difference here")
+        which = (f"the next multiple of {ALIGN_MULTIPLE}"
+                 if r["size"] == aligned_size(book["size"]) else "aligned")
         lines.append(f"- {r['device']} {dtype_of(r)}: n = {book['size']} ran at "
-                     f"{fmt_rate(book['gflops'])}, n = {r['size']} (the next multiple of "
-                     f"{ALIGN_MULTIPLE}) at {fmt_rate(r['gflops'])} ({ratio:.2f}x): {verdict}.")
+                     f"{fmt_rate(book['gflops'])}, n = {r['size']} ({which}) at "
+                     f"{fmt_rate(r['gflops'])} ({ratio:.2f}x): {verdict}.")
     return lines
 
 
@@ -328,10 +332,11 @@ def plot(records: list[dict], metric: str = "seconds", ax=None, title: str | Non
     index = 1 if metric == "seconds" else 2
     values = _lines(ax, {k: [p for p in v if p[index]] for k, v in series.items()}, index, {})
     charts.log_if_wide(ax, values)
+    shown = [f"{QUANTITY_TITLES[q]} ({'solid' if q == PRODUCT else 'dashed'})"
+             for q in (PRODUCT, CALL) if any(k[2] == q for k in series)]
     return charts.size_axis(ax, ylabel="seconds" if index == 1 else "GFLOP/s (product time)",
-                            title=title or ("Measured: product time (solid), call latency "
-                                            "(dashed)" if index == 1 else
-                                            "Throughput from the product time"))
+                            title=title or ("Measured: " + ", ".join(shown) if index == 1
+                                            else "Throughput from the product time"))
 
 
 def plot_book(records: list[dict], ax, stored: bool = True):
@@ -347,7 +352,7 @@ def plot_book(records: list[dict], ax, stored: bool = True):
             values += [p[1] for p in points]
     charts.log_if_wide(ax, values)
     return charts.size_axis(ax, ylabel="seconds (one timing, set-up included)",
-                            title="The book's single timing (matrices, set-up, compiling)")
+                            title="The book's single timing (matrices and set-up included)")
 
 
 def plot_speedup(records: list[dict], ax=None):
@@ -370,9 +375,11 @@ def plot_speedup(records: list[dict], ax=None):
         values += [p[1] for p in s["points"]]
     ax.axhline(1.0, color="black", linewidth=0.8)
     charts.log_if_wide(ax, values + [1.0])
-    return charts.size_axis(ax, ylabel="speedup (CPU time / GPU time)",
-                            title="GPU speedup over the CPU of the same machine and backend "
-                                  "(above 1: GPU faster)")
+    charts.size_axis(ax, ylabel="speedup (CPU time / GPU time)",
+                     title="GPU speedup over the CPU of the same machine and backend "
+                           "(above 1: GPU faster)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # clear of the lines
+    return ax
 
 
 def peak_lines(records: list[dict]) -> list[str]:

@@ -1,7 +1,7 @@
-"""The report fuzzed as issue 27 did: records with mutated types, nulls, 1e308, NaN, infinities,
--0 and deep nesting, and truncated, binary and deeply nested lines between them. Whatever the
-reader and the report are given, they never raise, and no cell of report.md says "inf", "nan",
-"None" or "-0"."""
+"""The report fuzzed as the fault-injection campaign did: records with mutated types, nulls,
+1e308, NaN, infinities, -0 and deep nesting, and truncated, binary and deeply nested lines
+between them. Whatever the reader and the report are given, they never raise, and no cell of
+report.md says "inf", "nan", "None" or "-0"."""
 
 from __future__ import annotations
 
@@ -68,12 +68,13 @@ def _lines(records: list[dict], damage: list[tuple[int, bytes, bool]]) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
-# Cells formatted by hand outside report/format.py still print these (issue 27.10, reported to
-# the lead): "Python None", "Keras None", "mnist: None" (document.environment_rows), "batch None"
-# and "combined (None)" (factors labels), "inf%" (scaling efficiency 1e308), "inf µs" and
-# "inf%" (matmul.py call overhead and % of datasheet), "inf" images per joule (telemetry/text.py).
+# Cells formatted by hand outside report/format.py still print these (reported, to be fixed
+# where they are formatted): "Python None", "Keras None", "mnist: None" (document.py's
+# environment_rows), "batch None" and "combined (None)" (factors labels), "inf%" (scaling
+# efficiency 1e308), "inf µs" and "inf%" (matmul.py: call overhead, % of datasheet), "inf"
+# images per joule (telemetry/text.py).
 # Strict: once they are fixed this marker must go, or the test fails.
-@pytest.mark.xfail(strict=True, reason="hand-formatted cells outside format.py (issue 27.10)")
+@pytest.mark.xfail(strict=True, reason="hand-formatted cells outside format.py print None and inf")
 def test_no_mutation_or_junk_line_gets_inf_nan_none_or_minus_zero_into_a_cell():
     base = _fuzz_base()
     clean, _ = _compose(_lines(base, []))

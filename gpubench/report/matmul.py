@@ -178,7 +178,7 @@ def _row(r: dict) -> dict[str, str]:
     return {"product time": fmt_time(product),
             "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
             "% of datasheet peak": share, "call latency": fmt_time(call),
-            "launch and sync per call": "–" if overhead is None else f"{overhead:,.0f} µs"}
+            "launch and sync per call": "–" if overhead is None else f"{round(overhead):,} µs"}
 
 
 def table(records: list[dict]) -> str:

@@ -624,3 +624,13 @@ def test_a_stored_record_with_impossible_telemetry_keeps_its_row_and_timing(tmp_
     assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu", "vm · gpu"]
     assert "skipped" not in text and "-35.9 %" not in text and "-1,000,004" not in text
     assert "telemetry.energy_joules' is -1000004.0, dropped" in text  # What went wrong names it
+
+
+def test_the_first_sample_is_the_first_kept_however_short_the_interval():
+    fake = FakeNVML()
+    for _ in range(20):
+        with Monitor("gpu:0", interval=1e-6, nvml=fake) as monitor:
+            deadline = time.monotonic() + 30
+            while len(monitor._times) < 3 and time.monotonic() < deadline:
+                time.sleep(0.0005)
+        assert monitor._times == sorted(monitor._times) and monitor.result["samples"] >= 4

@@ -117,7 +117,8 @@ class Monitor:
         self._dropped: dict[str, str] = {}  # figure -> why its first impossible reading was dropped
         self._energy_end: Any = None
         self._first_gpu: dict[str, Any] = {}
-        self._ready, self._last = threading.Event(), threading.Event()
+        # the thread's GPU found (or given up); start()'s first sample kept; stop()'s last reading
+        self._ready, self._begun, self._last = (threading.Event() for _ in range(3))
         self._last_gpu: dict[str, Any] = {}
         try:
             self._packages = rapl_packages()
@@ -136,7 +137,10 @@ class Monitor:
         if not self._ready.wait(NVML_WAIT_S):
             self._give_up(f"NVML did not answer within {NVML_WAIT_S:g} s at the start",
                           self._ready)
-        self._sample(first=True)
+        try:
+            self._sample(first=True)
+        finally:
+            self._begun.set()  # the thread's samples come after the first
         return self
 
     def _give_up(self, why: str, answered: threading.Event | None) -> None:
@@ -218,6 +222,7 @@ class Monitor:
         last GPU reading (energy included) for stop()."""
         if not self._ready.is_set():
             self._start_gpu()
+        self._begun.wait()
         while not self._stop.wait(self.interval):
             self._sample()
         self._last_gpu = self._read_gpu(last=True)

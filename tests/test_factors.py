@@ -13,6 +13,7 @@ import pytest
 from gpubench import factors, results, telemetry
 from gpubench.factors import measure
 from gpubench.factors import trainer as factor_trainer
+from gpubench.telemetry import text as telemetry_text
 
 
 def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
@@ -118,11 +119,16 @@ def test_the_table_shows_each_variants_gpu_busy_share():
     busy = dict(telemetry.unmeasured(None), source="nvml", gpu_util_percent_mean=23.4)
     rows = factors.effects([_record("gpu:0", env="gpu"),
                             _record("gpu:0", "input_pipeline", (9, 0.5, 0.5, 0.5), env="gpu",
-                                    input_pipeline="on_device", telemetry=busy)])
+                                    input_pipeline="on_device", telemetry=busy,
+                                    epoch_gpu_util_percent=[1.0, 23.4, 22.0, 23.9]),
+                            _record("gpu:0", "batch_size", (9, 0.5, 0.5, 0.5), env="gpu",
+                                    batch_size=256, telemetry=busy)])
     lines = report.table(rows).splitlines()
     assert "| GPU busy |" in lines[0]
     column = lines[0].split("|").index(" GPU busy ")
-    assert [line.split("|")[column].strip() for line in lines[2:]] == ["n/a", "23 %"]
+    # the steady rounds' median (round 1 left out); the run's mean only where no round has one
+    assert [line.split("|")[column].strip() for line in lines[2:]] == [
+        "n/a", "23 %", "23 % (run mean)"]
 
 
 def test_crossover_batch_size():
@@ -439,12 +445,12 @@ def test_a_variants_gpu_busy_is_its_regions_else_the_median_of_its_steady_rounds
     short = _record("gpu:0", "combined", (3.3, 0.005, 0.005), env="jax-gpu", busy_region=region,
                     epoch_gpu_util_percent=[0.2, None, None])
     assert short["busy_region"] == region  # a field of the schema, kept in the record
-    assert factors.gpu_busy(short) == 61.0
+    assert telemetry_text.gpu_busy(short) == (61.0, False)
     rounds = _record("gpu:0", "batch_size", (4.2, 2.3, 2.7, 2.5), env="jax-gpu", batch_size=32,
                      epoch_gpu_util_percent=[0.5, 3.5, 3.0, 3.2])
     assert rounds["busy_region"] is None
-    assert factors.gpu_busy(rounds) == 3.2  # round 1 (compiling) left out
-    assert factors.gpu_busy(_record()) is None  # a CPU: no figure, never a guess
+    assert telemetry_text.gpu_busy(rounds) == (3.2, False)  # round 1 (compiling) left out
+    assert telemetry_text.gpu_busy(_record()) == (None, False)  # a CPU: no figure, no guess
 
 
 def test_the_chapter_runs_each_missing_gpu_peak_once_and_reuses_a_stored_one(tmp_path, fake_gpu,

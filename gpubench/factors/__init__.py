@@ -45,7 +45,6 @@ from gpubench.factors.stats import (
     compare,
     crossover_batch_size,
     effects,
-    gpu_busy,
     is_factor_record,
     percent_of_matmul_peak,
     round_rates,
@@ -57,7 +56,7 @@ __all__ = [
     "ALWAYS_COMPILED", "BASELINE", "COMPUTE_DTYPE", "FACTORS", "FACTOR_NAMES", "LIST_PARAMS",
     "MODELS", "NO_TF_DATA", "TF_DATA_FIX", "XLA_NOTE", "Variant", "best_settings",
     "chapter_values", "compare", "crossover_batch_size", "devices_to_measure", "effects",
-    "factor_values", "for_backend", "for_this_backend", "gpu_busy", "is_factor_record", "label",
+    "factor_values", "for_backend", "for_this_backend", "is_factor_record", "label",
     "matmul_peaks", "measure_device", "needs_busy_region", "percent_of_matmul_peak",
     "round_rates", "run", "steady_rates", "variants", "verdict",
 ]

@@ -135,11 +135,3 @@ def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | Non
         return None
     return 100.0 * record["achieved_gflops"] / peak
 
-
-def gpu_busy(record: dict) -> float | None:
-    """A variant's GPU busy % (NVML): its busy region's where one ran (its rounds were too short
-    for NVML), else the median of its steady rounds' figures; None where none was measured."""
-    if record.get("busy_region") is not None:
-        return record["busy_region"].get("gpu_util_percent_mean")
-    steady = [u for u in (record.get("epoch_gpu_util_percent") or [])[1:] if u is not None]
-    return statistics.median(steady) if steady else None

@@ -10,6 +10,7 @@ from gpubench import backends, factors
 from gpubench.records import columns, ok_records
 from gpubench.report import charts
 from gpubench.report.format import FACTOR_NOTES, column_note, md_table, table_headers
+from gpubench.telemetry import text as telemetry_text
 
 
 def describe(effect: dict) -> str:
@@ -87,9 +88,8 @@ def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
 
 
 def _busy_text(record: dict) -> str:
-    """The GPU's busy % over a variant's rounds (NVML), "n/a" on a CPU or without NVML."""
-    busy = (record.get("telemetry") or {}).get("gpu_util_percent_mean")
-    return "n/a" if busy is None else f"{busy:.0f} %"
+    """A variant's GPU busy % by the report's one definition, "n/a" on a CPU or without NVML."""
+    return telemetry_text.busy_text(*telemetry_text.gpu_busy(record))
 
 
 def findings(rows: Sequence[dict]) -> str:

@@ -8,6 +8,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from gpubench.telemetry.text import BUSY_DEFINITION
+
 MISSING, NOT_A_NUMBER = "–", "n/a"  # a value not measured; one that is no finite number
 _NEGATIVE_ZERO = re.compile(r"^-(?=[0.,]*(?:$|[^0-9.,]))")  # "-0", "-0.0 s", "-0%"
 
@@ -90,7 +92,7 @@ COLUMN_NOTES = {
     "ratio": "images/s over the reference row's (the first backend's run in the same mode); "
              "above 1: faster",
     "like for like?": "whether mode and training-set size match the reference row's",
-    "GPU busy": "NVML's share of the time in which a GPU kernel ran (not how full the GPU was)",
+    "GPU busy": BUSY_DEFINITION,
     "GPU mean power": "the board's mean power draw while the epochs ran",
     "images per joule (GPU)": "training images per joule of GPU energy (higher: more efficient)",
     "CPU use (one core = 100 %)": "this process's CPU time over wall time",
@@ -125,7 +127,7 @@ FACTOR_NOTES = {
     "% of matmul": "that GFLOP/s as a share of the matmul peak of the same env, device and "
                    "compute dtype, as its peak probe measured it (one large warm product, "
                    "the fastest repeat); n/a: the probe did not run there",
-    "GPU busy": "NVML's share of the rounds' time in which a GPU kernel ran; n/a on a CPU",
+    "GPU busy": BUSY_DEFINITION.replace("epochs", "rounds") + "; n/a on a CPU",
     "test accuracy": "after the rounds; not measured for a time-boxed variant",
 }
 MATMUL_NOTE = ("Columns: **size**: n, for the product of two n x n matrices; each other column "

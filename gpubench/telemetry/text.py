@@ -110,7 +110,9 @@ def _reason_lines(record: dict, telemetry: dict) -> list[str]:
 
 BUSY_DEFINITION = ("the median over the steady epochs (2..n; epoch 1, which compiles, left "
                    "out) of NVML's share of the time in which a GPU kernel ran (not how full the "
-                   "GPU was); \"(run mean)\": no per-epoch figure, the mean over the whole run")
+                   "GPU was); a Speed_Factors variant whose rounds were too short for NVML: the "
+                   "mean over its busy region (its steady training repeated for at least 2 s); "
+                   "\"(run mean)\": no per-epoch figure, the mean over the whole run")
 
 
 def busy_percent(epoch_util: Sequence[float | None] | None,
@@ -124,7 +126,10 @@ def busy_percent(epoch_util: Sequence[float | None] | None,
 
 
 def gpu_busy(record: dict) -> tuple[float | None, bool]:
-    """A record's GPU busy % (`busy_percent`) and whether it is the run's mean."""
+    """A record's GPU busy % (BUSY_DEFINITION) and whether it is the run's mean: its busy
+    region's where one ran (Speed_Factors), else `busy_percent` of its epochs."""
+    if record.get("busy_region") is not None:
+        return record["busy_region"].get("gpu_util_percent_mean"), False
     return busy_percent(record.get("epoch_gpu_util_percent"),
                         (record.get("telemetry") or {}).get("gpu_util_percent_mean"))
 

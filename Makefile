@@ -1,14 +1,14 @@
 # gpubench: the two commands are `make run` and `make test` (see README.md).
-#   make run    [PROFILE=full|quick] [ENVS=cpu,gpu,jax-cpu,jax-gpu] [GPU=1]
+#   make run    [PROFILE=full|quick] [ENVS=cpu,gpu,jax-cpu,jax-gpu,torch-cpu,torch-gpu] [GPU=1]
 #                                        set up what is missing, run everything, write the report
 #   make quick                           the same with the quick profile
-#   make test   [JOBS=2]                 set up the TensorFlow and JAX CPU envs, then lint and
+#   make test   [JOBS=2]                 set up the TensorFlow, JAX and PyTorch CPU envs, then lint and
 #                                        the whole test suite
 #   make check  [JOBS=2]                 the fast unit tests (no notebook runs, no training)
 #   make lint                            ruff, as configured in pyproject.toml
 #   make nbval                           the stored notebooks checked by nbval (lax, quick profile),
 #                                        in the reading order; records and report in .nbval/
-#   make setup  [GPU=1] [BACKENDS=tensorflow,jax]
+#   make setup  [GPU=1] [BACKENDS=tensorflow,jax,torch]
 #                                        create the envs (conda, or venvs) and register kernels
 #   make lab    [ARGS="--port 8890 --no-browser"]
 #                                        JupyterLab on notebooks/ with the env kernels
@@ -18,7 +18,7 @@ PYTHON ?= python3
 PROFILE ?= full
 ENVS ?=
 GPU ?=
-# Keras backends to set up envs for: tensorflow (the book's), jax, or both.
+# Keras backends to set up envs for: tensorflow (the book's), jax, torch, or several.
 BACKENDS ?= tensorflow
 PYTEST_ARGS ?=
 # pytest-xdist workers of make test and make check: one per core of the 2-core machines they
@@ -28,8 +28,9 @@ JOBS ?= 2
 ARGS ?=
 
 comma := ,
-# Naming a JAX env in ENVS sets up the JAX envs too.
-SETUP_BACKENDS = $(BACKENDS)$(if $(and $(findstring jax,$(ENVS)),$(if $(findstring jax,$(BACKENDS)),,x)),$(comma)jax)
+# Naming a JAX or PyTorch env in ENVS sets up that backend's envs too.
+with_named = $(if $(and $(findstring $(1),$(ENVS)),$(if $(findstring $(1),$(2)),,x)),$(2)$(comma)$(1),$(2))
+SETUP_BACKENDS = $(call with_named,torch,$(call with_named,jax,$(BACKENDS)))
 
 # This checkout's kernels (registered by setup in .jupyter/kernels) come first, ahead of
 # the --user ones that another clone's setup may have repointed.
@@ -40,6 +41,8 @@ export JUPYTER_PATH := $(CURDIR)/.jupyter$(if $(JUPYTER_PATH),:$(JUPYTER_PATH))
 DRIVER = $(shell $(PYTHON) -m gpubench envs --driver)
 # The JAX CPU env's Python: the tests marked `jax` run there, with no TensorFlow.
 JAX_DRIVER = $(shell $(PYTHON) -m gpubench envs --driver jax-cpu)
+# The PyTorch CPU env's Python: the tests marked `torch` run there, with no TensorFlow.
+TORCH_DRIVER = $(shell $(PYTHON) -m gpubench envs --driver torch-cpu)
 
 .PHONY: run quick test check lint nbval setup lab
 
@@ -52,16 +55,18 @@ run: setup
 quick:
 	$(MAKE) run PROFILE=quick
 
-# The whole suite runs in the TensorFlow CPU env and also checks the JAX CPU env.
-test: BACKENDS = tensorflow,jax
+# The whole suite runs in the TensorFlow CPU env and also checks the JAX and PyTorch CPU envs.
+test: BACKENDS = tensorflow,jax,torch
 test: setup
 	$(DRIVER) -m ruff check .
-	$(DRIVER) -m pytest -m "not jax" -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(DRIVER) -m pytest -m "not jax and not torch" -n $(JOBS) --dist loadfile \
+	  --no-loadscope-reorder $(PYTEST_ARGS)
 	KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 \
 	  $(JAX_DRIVER) -m pytest -m jax $(PYTEST_ARGS)
+	KERAS_BACKEND=torch $(TORCH_DRIVER) -m pytest -m torch $(PYTEST_ARGS)
 
 check: setup
-	$(DRIVER) -m pytest -m "not slow and not jax" -n $(JOBS) $(PYTEST_ARGS)
+	$(DRIVER) -m pytest -m "not slow and not jax and not torch" -n $(JOBS) $(PYTEST_ARGS)
 
 lint: setup
 	$(DRIVER) -m ruff check .

@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     setup = _command(sub, "setup", "create the envs and register their Jupyter kernels",
                      "python3 -m gpubench setup", "python3 -m gpubench setup --gpu")
     setup.add_argument("--backends", default="tensorflow", metavar="NAMES",
-                       help="Keras backends to set up, comma-separated: tensorflow (default), jax")
+                       help="Keras backends to set up, comma-separated: tensorflow (default), jax, "
+                            "torch")
     setup.add_argument("--gpu", action="store_true",
                        help="also create the GPU env even if nvidia-smi lists no GPU")
 
@@ -163,7 +164,8 @@ def os_problem(exc: OSError) -> str:
 
 
 # Modules gpubench's commands need, and what to install for them.
-_PACKAGES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "jaxlib": "JAX"}
+_PACKAGES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "jaxlib": "JAX",
+             "torch": "PyTorch"}
 
 
 def _use_instead(name: str, command: str) -> str:
@@ -171,7 +173,8 @@ def _use_instead(name: str, command: str) -> str:
     setup`; outside one (a wheel), pip install into this Python."""
     python = sys.executable
     if machine.checkout() is None:
-        extra = {"tensorflow": "gpubench[cpu]", "jax": "gpubench[jax]", "jaxlib": "gpubench[jax]"}
+        extra = {"tensorflow": "gpubench[cpu]", "jax": "gpubench[jax]", "jaxlib": "gpubench[jax]",
+                 "torch": "gpubench[torch]"}
         return f"install it: `{python} -m pip install '{extra.get(name, name)}'`"
     try:
         driver = envs.driver_python()
@@ -197,6 +200,12 @@ def missing_module(exc: ModuleNotFoundError, command: str) -> str:
         return (f"JAX is not installed in {python}, and KERAS_BACKEND=jax asks for it; "
                 + (f"{envs.setup_command('jax-cpu')} makes a JAX env (kernel gpubench-jax-cpu), "
                    f"or `{python} -m pip install jax`" if machine.checkout() else use)
+                + ", or unset KERAS_BACKEND to use TensorFlow")
+    if name == "torch":
+        return (f"PyTorch is not installed in {python}, and KERAS_BACKEND=torch asks for it; "
+                + (f"{envs.setup_command('torch-cpu')} makes a PyTorch env (kernel "
+                   f"gpubench-torch-cpu), or `{python} -m pip install torch==2.13.0`"
+                   if machine.checkout() else use)
                 + ", or unset KERAS_BACKEND to use TensorFlow")
     return f"{_PACKAGES.get(name, name)} is not installed in {python}; {use}"
 

@@ -557,7 +557,7 @@ def test_resume_reaches_the_envs_it_started_with(capsys, tmp_path, option):
     assert code == 2 and f"{option[0]} goes with a new run" in err
 
 
-@pytest.mark.parametrize("value,words", [("torch", "PyTorch is not supported yet"),
+@pytest.mark.parametrize("value,words", [("numpy", "numpy cannot train"),
                                          ("tensorfloww", "unknown Keras backend")])
 @pytest.mark.parametrize("how", ["envs", "here", "kernel", "doctor"])
 def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, value, words, how):
@@ -579,7 +579,7 @@ def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, val
 
 def test_a_kernel_pins_its_backend_whatever_the_shell_says(capsys, tmp_path, monkeypatch):
     """KERAS_BACKEND in the shell does not reach a gpubench-ENV kernel: its spec sets it."""
-    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
     monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
         "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": "tensorflow"}}})
     assert runner.check_envs(["cpu"])["cpu"].backend == "tensorflow"

@@ -1,8 +1,8 @@
 """The seam: everything that differs between Keras backends lives below this package.
 
-`current()` returns the module of the backend Keras runs on (`tensorflow` or `jax`); each
+`current()` returns the module of the backend Keras runs on (`tensorflow`, `jax`, `torch`); each
 such module offers the same functions (see `tensorflow.py` for the list). Nothing outside
-`gpubench/backends/` imports TensorFlow or JAX. A third backend is one more module here.
+`gpubench/backends/` imports TensorFlow, JAX or PyTorch. A third backend is one more module here.
 
 Which backend: Keras's own rule (KERAS_BACKEND, else ~/.keras/keras.json, else TensorFlow),
 read by `requested()` before Keras loads, so a bad name fails before anything heavy runs.
@@ -17,12 +17,12 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-SUPPORTED = ("tensorflow", "jax")
+SUPPORTED = ("tensorflow", "jax", "torch")
 # Keras backends gpubench knows of but does not support yet, with what to do instead.
-NOT_YET = {"torch": "PyTorch is not supported yet", "numpy": "numpy cannot train",
+NOT_YET = {"numpy": "numpy cannot train",
            "openvino": "OpenVINO cannot train"}
 # Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
-LABEL_PREFIX = {"tensorflow": "", "jax": "jax-"}
+LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
 
 
 class BackendError(ValueError):

@@ -10,21 +10,26 @@ from gpubench.records import BACKEND_TITLES
 
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs
-ENVS = ("cpu", "gpu", "jax-cpu", "jax-gpu")  # every env setup can make
+ENVS = ("cpu", "gpu", "jax-cpu", "jax-gpu", "torch-cpu", "torch-gpu")  # every env setup can make
 DEFAULT_BACKENDS = ("tensorflow",)
 CONDA_TOOLS = ("mamba", "conda", "micromamba")
-VENV_DIRS = {"cpu": ".venv", "gpu": ".venv-gpu", "jax-cpu": ".venv-jax", "jax-gpu": ".venv-jax-gpu"}
-EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # pyproject extras
+VENV_DIRS = {"cpu": ".venv", "gpu": ".venv-gpu", "jax-cpu": ".venv-jax", "jax-gpu": ".venv-jax-gpu",
+             "torch-cpu": ".venv-torch", "torch-gpu": ".venv-torch-gpu"}
+EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu",  # pyproject extras
+          "torch-cpu": "torch", "torch-gpu": "torch-gpu"}
 CONDA_PYTHON = (3, 11)  # python=3.11 in the yml files
 # Pythons a venv can use: TensorFlow 2.21, JAX 0.10 and numpy 2.4 all have wheels for them
 # (requires-python in pyproject.toml).
 VENV_PYTHONS = ((3, 11), (3, 12), (3, 13))
 _JAX = "BACKENDS=tensorflow,jax` (or `gpubench setup"
+_TORCH = "BACKENDS=tensorflow,torch` (or `gpubench setup"
 SETUP_COMMANDS = {
     "cpu": "`make setup` (or `gpubench setup`)",
     "gpu": "`make setup GPU=1` (or `gpubench setup --gpu`)",
     "jax-cpu": f"`make setup {_JAX} --backends tensorflow,jax`)",
     "jax-gpu": f"`make setup GPU=1 {_JAX} --gpu --backends tensorflow,jax`)",
+    "torch-cpu": f"`make setup {_TORCH} --backends tensorflow,torch`)",
+    "torch-gpu": f"`make setup GPU=1 {_TORCH} --gpu --backends tensorflow,torch`)",
 }
 
 
@@ -64,7 +69,8 @@ def display_name(env: str) -> str:
 
 
 def backend_of(env: str) -> str:
-    """The Keras backend env `env` runs: "jax" for jax-cpu/jax-gpu/jax-..., else "tensorflow"."""
+    """The Keras backend env `env` runs: "jax" for jax-cpu/jax-gpu/jax-..., "torch" for
+    torch-..., else "tensorflow"."""
     return next((name for name, prefix in backends.LABEL_PREFIX.items()
                  if prefix and env.startswith(prefix)), "tensorflow")
 
@@ -76,21 +82,23 @@ def env_name(backend: str, gpu: bool) -> str:
 
 
 def is_gpu_env(env: str) -> bool:
-    """Whether env `env` is meant to use a GPU: gpu, jax-gpu, and variants gpu-..., jax-gpu-..."""
+    """Whether env `env` is meant to use a GPU: gpu, jax-gpu, torch-gpu, and variants gpu-..."""
     kind = env.removeprefix(backends.LABEL_PREFIX.get(backend_of(env), ""))
     return kind == "gpu" or kind.startswith("gpu-")
 
 
 def parse_backends(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """"tensorflow,jax" (or a list) -> ("tensorflow", "jax"); ValueError naming a bad one."""
+    """"tensorflow,jax,torch" (or a list) -> ("tensorflow", "jax", "torch"); ValueError naming a
+    bad one."""
     names = value.split(",") if isinstance(value, str) else list(value or [])
     chosen = tuple(dict.fromkeys(name.strip() for name in names if name.strip()))
     for name in chosen:
         if name not in backends.SUPPORTED:
             why = backends.NOT_YET.get(name, "not a Keras backend gpubench knows")
-            raise ValueError(f"backend {name!r}: {why}; use {', '.join(backends.SUPPORTED)} or "
-                             "both (BACKENDS=tensorflow,jax, or --backends tensorflow,jax)")
+            raise ValueError(f"backend {name!r}: {why}; use some of "
+                             f"{', '.join(backends.SUPPORTED)} (BACKENDS=tensorflow,jax, or "
+                             "--backends tensorflow,jax)")
     if not chosen:
-        raise ValueError(f"no backend given; use {', '.join(backends.SUPPORTED)} or both "
+        raise ValueError(f"no backend given; use some of {', '.join(backends.SUPPORTED)} "
                          "(BACKENDS=tensorflow,jax, or --backends tensorflow,jax)")
     return chosen

@@ -233,9 +233,3 @@ def by_model_and_column(records: list[dict]) -> dict[tuple[str, str], dict]:
     """The book's train records by (model, column)."""
     return {(r["model"], r["_column"]): r for r in book_train(records)}
 
-
-def fmt_seconds(value: float | None) -> str:
-    """Seconds with three significant digits ("0.0123 s", "12.3 s", "402 s"); "–" for none."""
-    if value is None:
-        return "–"
-    return f"{value:.0f} s" if value >= 100 else f"{value:.3g} s"

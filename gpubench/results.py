@@ -67,7 +67,7 @@ STATUSES = ("ok", "oom", "error", "skipped")
 # Types of the fields the report computes with (None: a value may be missing).
 _NUMBER = (int, float, type(None))
 FIELD_TYPES = {
-    "env": str, "notebook": str, "device": str, "attempt": int, "environment": dict,
+    "run_id": str, "env": str, "notebook": str, "device": str, "attempt": int, "environment": dict,
     "size": int, "method": (str, type(None)), "seconds": _NUMBER, "gflops": _NUMBER,
     "model": (str, type(None)), "epochs": (int, type(None)), "train_samples": (int, type(None)),
     "total_seconds": _NUMBER, "steady_epoch_seconds": _NUMBER, "replicas": (int, type(None)),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,6 +47,19 @@ class Stats:
     max: float
     iqr: float
     n: int
+
+
+# Epoch 1 includes tracing and compilation (on JAX, compiling each new shape), so the steady
+# state is every epoch after it. Every steady figure (the median, IQR and fastest epoch, the GPU
+# busy %, Speed_Factors' rounds and rates) takes its epochs from `steady`; prose quotes this.
+STEADY_EPOCHS = "epochs 2..n"
+
+_T = TypeVar("_T")
+
+
+def steady(per_epoch: Sequence[_T]) -> list[_T]:
+    """The steady epochs (or rounds) of a per-epoch list: all but the first (STEADY_EPOCHS)."""
+    return list(per_epoch[1:])
 
 
 def summarize(times: Sequence[float]) -> Stats:
@@ -186,3 +199,23 @@ def epoch_timer(device: str | None = None):
                 self._monitor = None
 
     return EpochTimer()
+
+
+def train_fields(epoch_seconds: Sequence[float], train_samples: int,
+                 flops_per_sample: int | None) -> dict:
+    """A train record's timing fields: epoch times, epoch 1 on its own, the median and IQR of the
+    steady epochs, the total, and the throughput at the steady median (epoch 1's when alone)."""
+    epochs = list(epoch_seconds)
+    later = steady(epochs)
+    stats = summarize(later) if later else None
+    per_epoch = stats.median if stats else epochs[0] if epochs else None
+    rate = train_samples / per_epoch if per_epoch else None
+    return dict(
+        epoch_seconds=epochs,
+        first_epoch_seconds=epochs[0] if epochs else None,
+        steady_epoch_seconds=stats.median if stats else None,
+        steady_epoch_iqr=stats.iqr if stats else None,
+        total_seconds=float(sum(epochs)) if epochs else None,
+        samples_per_second=rate,
+        achieved_gflops=flops_per_sample * rate / 1e9 if rate and flops_per_sample else None,
+    )

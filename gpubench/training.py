@@ -122,8 +122,8 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
     def record(**outcome) -> dict:
         made = results.make_record(
             "train", **outcome, **fields,
-            **timing_fields(timer.epoch_seconds, fields["train_samples"],
-                            fields["flops_per_sample"]),
+            **timing.train_fields(timer.epoch_seconds, fields["train_samples"],
+                                  fields["flops_per_sample"]),
             telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
             **telemetry.epoch_fields(timer.epoch_telemetry))
         if store is not None:
@@ -145,23 +145,6 @@ def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
         raise
     return TrainRun(model, timer, dict(history.history), loss, accuracy,
                     record(test_loss=loss, test_accuracy=accuracy))
-
-
-def timing_fields(epoch_seconds: list[float], train_samples: int,
-                  flops_per_sample: int | None) -> dict:
-    """Epoch times, epoch 1 on its own, the steady-state median of epochs 2..n, and throughput."""
-    steady = timing.summarize(epoch_seconds[1:]) if len(epoch_seconds) > 1 else None
-    per_epoch = steady.median if steady else epoch_seconds[0] if epoch_seconds else None
-    rate = train_samples / per_epoch if per_epoch else None
-    return dict(
-        epoch_seconds=list(epoch_seconds),
-        first_epoch_seconds=epoch_seconds[0] if epoch_seconds else None,
-        steady_epoch_seconds=steady.median if steady else None,
-        steady_epoch_iqr=steady.iqr if steady else None,
-        total_seconds=float(sum(epoch_seconds)) if epoch_seconds else None,
-        samples_per_second=rate,
-        achieved_gflops=flops_per_sample * rate / 1e9 if rate else None,
-    )
 
 
 def predict_classes(model, data: Dataset, batch_size: int = 256) -> np.ndarray:

@@ -11,7 +11,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,13 +67,6 @@ def _lines(records: list[dict], damage: list[tuple[int, bytes, bool]]) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
-# Cells formatted by hand outside report/format.py still print these (reported, to be fixed
-# where they are formatted): "Python None", "Keras None", "mnist: None" (document.py's
-# environment_rows), "batch None" and "combined (None)" (factors labels), "inf%" (scaling
-# efficiency 1e308), "inf µs" and "inf%" (matmul.py: call overhead, % of datasheet), "inf"
-# images per joule (telemetry/text.py).
-# Strict: once they are fixed this marker must go, or the test fails.
-@pytest.mark.xfail(strict=True, reason="hand-formatted cells outside format.py print None and inf")
 def test_no_mutation_or_junk_line_gets_inf_nan_none_or_minus_zero_into_a_cell():
     base = _fuzz_base()
     clean, _ = _compose(_lines(base, []))

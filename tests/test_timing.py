@@ -174,3 +174,59 @@ def test_epoch_timer_syncs_on_the_variables_once_per_epoch_before_stopping_the_c
               verbose=0, callbacks=[timer])
     # one per epoch, each before that epoch's time is taken, on every variable (kernel, bias)
     assert syncs == [(0, 2), (1, 2), (2, 2)]
+
+
+# ---- the steady epochs: one rule (`timing.steady`), every steady figure follows it
+
+def test_steady_is_every_epoch_after_the_first():
+    assert timing.steady([9.0, 2.0, 3.0]) == [2.0, 3.0]
+    assert timing.steady((9.0, 2.0)) == [2.0]  # any sequence; a list back
+    assert timing.steady([9.0]) == [] and timing.steady([]) == []
+    assert timing.STEADY_EPOCHS == "epochs 2..n"
+
+
+def test_train_fields_take_the_steady_epochs_median_and_iqr():
+    fields = timing.train_fields([10.0, 2.0, 4.0, 3.0], 600, 1000)
+    assert fields["epoch_seconds"] == [10.0, 2.0, 4.0, 3.0]
+    assert fields["first_epoch_seconds"] == 10.0 and fields["total_seconds"] == 19.0
+    assert fields["steady_epoch_seconds"] == 3.0  # the median of 2, 4, 3: epoch 1 left out
+    assert fields["steady_epoch_iqr"] == pytest.approx(1.0)  # 3.5 - 2.5
+    assert fields["samples_per_second"] == pytest.approx(200.0)  # 600 images / 3 s
+    assert fields["achieved_gflops"] == pytest.approx(1000 * 200 / 1e9)
+
+
+def test_train_fields_of_one_epoch_and_of_none():
+    one = timing.train_fields([4.0], 100, 10)
+    assert one["steady_epoch_seconds"] is None and one["steady_epoch_iqr"] is None
+    assert one["samples_per_second"] == pytest.approx(25.0)  # epoch 1's pace, all there is
+    none = timing.train_fields([], 100, 10)
+    assert none["epoch_seconds"] == [] and none["total_seconds"] is None
+    assert none["first_epoch_seconds"] is none["samples_per_second"] is None
+
+
+def test_every_steady_figure_follows_the_one_rule(monkeypatch):
+    """Change the rule in its one home and every steady figure changes with it: the record's
+    median and IQR, Speed_Factors' round rates, the GPU busy % and the report's unstable flag."""
+    from gpubench import factors
+    from gpubench.report import training as report_training
+    from gpubench.telemetry import text as telemetry_text
+
+    epochs = [100.0, 50.0, 1.0, 3.0]
+    record = {"epoch_seconds": epochs, "train_samples": 6, "time_boxed": False}
+    util = [5.0, 10.0, 70.0, 90.0]
+    flagged = {"benchmark": "train", "status": "ok", "factor": None, "model": "mlp_h1000",
+               "device": "cpu", "_column": "vm · cpu", "epoch_seconds": epochs,
+               "steady_epoch_seconds": 2.0, "steady_epoch_iqr": 1.0}
+
+    def figures() -> tuple:
+        return (timing.train_fields(epochs, 6, None)["steady_epoch_seconds"],
+                factors.round_rates(record), telemetry_text.busy_percent(util, None),
+                "\n".join(report_training.unstable([flagged])))
+
+    median, rates, busy, text = figures()
+    assert (median, rates, busy) == (3.0, [6 / 50, 6 / 1, 6 / 3], (70.0, False))
+    assert "steady epochs 1.0–50 s" in text
+    monkeypatch.setattr(timing, "steady", lambda per_epoch: list(per_epoch[2:]))
+    median, rates, busy, text = figures()
+    assert (median, rates, busy) == (2.0, [6 / 1, 6 / 3], (80.0, False))
+    assert "steady epochs 1.0–3.0 s" in text

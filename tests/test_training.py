@@ -224,3 +224,12 @@ def test_mlp_learns_real_fashion_mnist_in_one_epoch():
     run = training.train(model, ds, epochs=1, batch_size=100, device="cpu", verbose=0)
     assert run.record["train_samples"] == 55_000
     assert run.test_accuracy >= 0.80
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (None, "–"), (0.0123, "0.0123 s"), (12.34, "12.3 s"), (402.4, "402 s"), (99.96, "100 s"),
+    (float("inf"), "n/a"), (float("nan"), "n/a"), (-0.0, "0 s")])
+def test_the_training_tables_seconds_have_one_format(seconds, text):
+    from gpubench.report.format import fmt_seconds
+
+    assert fmt_seconds(seconds) == text

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from gpubench import backends, devices, results, telemetry  # these load no framework
+from gpubench import backends, devices, results, telemetry, timing  # these load no framework
 from gpubench.factors.rules import (
     BASELINE,
     COMPUTE_DTYPE,
@@ -108,10 +108,10 @@ def _rounds(trainers: Sequence[Trainer], device: str, epochs: int, baseline_epoc
 def needs_busy_region(trainer: Trainer) -> bool:
     """Whether a measured variant gets a busy region: on a GPU whose rounds NVML read, when a
     steady round was shorter than BUSY_REGION_SECONDS (never on a CPU)."""
-    return (trainer.status == "ok" and trainer.device.startswith("gpu")
-            and len(trainer.round_seconds) >= 2
+    steady = timing.steady(trainer.round_seconds)
+    return (trainer.status == "ok" and trainer.device.startswith("gpu") and bool(steady)
             and any((t or {}).get("source") == "nvml" for t in trainer.round_telemetry)
-            and min(trainer.round_seconds[1:]) < BUSY_REGION_SECONDS)
+            and min(steady) < BUSY_REGION_SECONDS)
 
 
 def _busy_regions(trainers: Sequence[Trainer], device: str, say: Callable[[str], None]) -> None:
@@ -125,7 +125,7 @@ def _busy_regions(trainers: Sequence[Trainer], device: str, say: Callable[[str],
         except Exception as exc:  # noqa: BLE001 - the rounds stand; the region says why not
             t.busy_region = telemetry.unmeasured(
                 f"the busy region failed: {backends.failure(exc)[1]}")
-        region, pace = t.busy_region, min(t.round_seconds[1:])
+        region, pace = t.busy_region, min(timing.steady(t.round_seconds))
         if region.get("gpu_util_percent_mean") is None:
             why = region.get("reason") or "NVML gave no utilisation figure for this GPU"
             say(f"{device}: {t.variant.label}: no GPU busy figure: {why}")
@@ -181,16 +181,17 @@ def _record(trainer: Trainer, split, *, data, model_name: str, epochs: int, env:
                   telemetry=(telemetry.combine(trainer.round_telemetry)
                              if trainer.round_telemetry else None),
                   **telemetry.epoch_fields(trainer.round_telemetry))
-    if trainer.status != "ok" or len(trainer.round_seconds) < 2:
+    steady = timing.steady(trainer.round_seconds)
+    if trainer.status != "ok" or not steady:
         return results.make_record("train", status=trainer.status if trainer.status != "ok"
                                    else "error", error=trainer.error or "no steady round",
                                    epoch_seconds=list(trainer.round_seconds), **common)
     common.update(training.mode_fields(trainer.model, input_pipeline=v.input_pipeline))
     # Epoch statistics as every train record has them; the rate below is this chapter's own.
-    times = training.timing_fields(trainer.round_seconds, len(split.x_train),
-                                   common["flops_per_sample"])
+    times = timing.train_fields(trainer.round_seconds, len(split.x_train),
+                                common["flops_per_sample"])
     record = results.make_record(
-        "train", **times, steady_epoch_min=min(trainer.round_seconds[1:]),
+        "train", **times, steady_epoch_min=min(steady),
         test_accuracy=trainer.test_accuracy, test_loss=trainer.test_loss,
         paired_baseline_seconds=trainer.paired_baseline_seconds, busy_region=trainer.busy_region,
         steps_measured=trainer.steps_done, time_boxed=trainer.boxed_steps is not None, **common)

@@ -2,8 +2,8 @@
 a variant against its baseline with its interval and verdict, the CPU-GPU crossover batch size,
 the share of the matmul peak, and the GPU's busy %. Loads no ML framework.
 
-Statistic: the fastest steady round (rounds 2..n) per sample, the same for baseline and
-variant, with the median beside it. Uncertainty: the range of the per-round ratios
+Statistic: the fastest steady round (`timing.steady`: rounds 2..n) per sample, the same for
+baseline and variant, with the median beside it. Uncertainty: the range of the per-round ratios
 variant/baseline (rounds are paired by interleaving); a factor whose range includes 1.0 has
 "no clear effect".
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from gpubench import timing
 from gpubench.factors.rules import (
     ALWAYS_COMPILED,
     BASELINE,
@@ -25,18 +26,18 @@ from gpubench.records import peak_gflops
 
 
 def steady_rates(seconds: Sequence[float], samples: float) -> list[float]:
-    """Samples per second of each steady round (rounds 2..n), `samples` per round."""
-    return [samples / s for s in seconds[1:] if s and s > 0]
+    """Samples per second of each steady round (`timing.steady`), `samples` per round."""
+    return [samples / s for s in timing.steady(seconds) if s and s > 0]
 
 
 def round_rates(record: dict) -> list[float]:
-    """Samples per second of each steady round (rounds 2..n) of a Speed_Factors record."""
+    """Samples per second of each steady round (`timing.steady`) of a Speed_Factors record."""
     seconds = record.get("epoch_seconds") or []
-    if len(seconds) < 2:
+    rounds = len(timing.steady(seconds))
+    if not rounds:
         return []
     if record.get("time_boxed"):
-        return steady_rates(seconds, record["steps_measured"] / (len(seconds) - 1)
-                            * record["batch_size"])
+        return steady_rates(seconds, record["steps_measured"] / rounds * record["batch_size"])
     return steady_rates(seconds, record["train_samples"])
 
 

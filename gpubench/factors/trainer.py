@@ -120,7 +120,7 @@ class Trainer:
         ran out of rounds (four times those its steady rounds' pace needs).
         """
         region = _Region(telemetry.Monitor(self.device, clock=clock), least, lead, clock)
-        pace = max(min(self.round_seconds[1:] or [1.0]), 1e-3)
+        pace = max(min(timing.steady(self.round_seconds) or [1.0]), 1e-3)
         rounds = math.ceil(4 * (least + lead) / pace) + 2
         try:
             with devices.scope(self.device):

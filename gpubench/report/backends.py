@@ -12,11 +12,10 @@ from gpubench.records import (
     backend_title,
     book_train,
     columns,
-    fmt_seconds,
     machine_of,
     ok_records,
 )
-from gpubench.report.format import explained_table, fmt
+from gpubench.report.format import explained_table, fmt, fmt_seconds
 from gpubench.report.training import mode, mode_differences, model_rank
 
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",

@@ -6,6 +6,7 @@ and the record and its timings stay."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,18 @@ def _list_of(rule: Rule, *, nulls: bool = False) -> Rule:
     return (lambda v: isinstance(v, list) and all(test(x) for x in v)), f"a list of ({words})"
 
 
-NAME: Rule = (lambda v: isinstance(v, str) and bool(v.strip())), "a non-empty string"
-TEXT: Rule = (lambda v: isinstance(v, str)), "a string"
+# A string that reads as a missing or impossible number ("None", "nan", "inf", "-0") is what a
+# str() of one wrote, not a name: shown, it would tell a reader a number is broken.
+_NUMBER_WORD = re.compile(r"(?i)\s*(?:[+-]?(?:none|null|nan|inf|infinity)|-0+(?:\.0*)?)\s*")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and not _NUMBER_WORD.fullmatch(value)
+
+
+_NOT_WORDS = 'not "None", "nan", "inf" or "-0"'
+NAME: Rule = (lambda v: _text(v) and bool(v.strip())), f"a non-empty string, {_NOT_WORDS}"
+TEXT: Rule = _text, f"a string, {_NOT_WORDS}"
 FLAG: Rule = (lambda v: isinstance(v, bool)), "true or false"
 OBJECT: Rule = (lambda v: isinstance(v, dict)), "a JSON object"
 COUNT: Rule = (lambda v: _finite(v) and isinstance(v, int) and v >= 0), "a whole number >= 0"
@@ -54,19 +65,28 @@ TELEMETRY_NUMBERS = ("interval_s", "samples", "seconds", "gpu_util_percent_mean"
                       "power_watts_mean", "power_watts_max", "energy_joules",
                       "cpu_util_percent_mean", "cpu_util_percent_max", "cpu_energy_joules")
 _PERCENTS = ("gpu_util_percent_mean", "gpu_util_percent_max")
-# Telemetry fields of ok records: one that fails is dropped (null), not the record.
-TELEMETRY_RULES = (
-    [("telemetry", _optional(OBJECT))]
-    + [(f"telemetry.{name}", _optional(PERCENT if name in _PERCENTS else NUMBER))
+# Fields that describe rather than measure: one that fails is dropped (null), not the record,
+# and shows as the report's missing mark. Telemetry of ok records; the environment of every
+# record (the environments table shows the last record of each column).
+DROPPABLE_RULES = (
+    [("telemetry", _optional(OBJECT), _OK)]
+    + [(f"telemetry.{name}", _optional(PERCENT if name in _PERCENTS else NUMBER), _OK)
        for name in TELEMETRY_NUMBERS]
-    + [(f"telemetry.{name}", _optional(TEXT))
+    + [(f"telemetry.{name}", _optional(TEXT), _OK)
        for name in ("source", "reason", "energy_method", "cpu_energy_method")]
-    + [("telemetry.partial", _optional(FLAG)),
-       ("telemetry.clock_event_reasons", _optional(_list_of(TEXT))),
-       ("epoch_energy_joules", _optional(_list_of(NUMBER, nulls=True))),
-       ("epoch_gpu_util_percent", _optional(_list_of(PERCENT, nulls=True))),
-       ("epoch_cpu_util_percent", _optional(_list_of(NUMBER, nulls=True))),
-       ("epoch_clock_event_reasons", _optional(_list_of(_list_of(TEXT), nulls=True)))])
+    + [("telemetry.partial", _optional(FLAG), _OK),
+       ("telemetry.clock_event_reasons", _optional(_list_of(TEXT)), _OK),
+       ("epoch_energy_joules", _optional(_list_of(NUMBER, nulls=True)), _OK),
+       ("epoch_gpu_util_percent", _optional(_list_of(PERCENT, nulls=True)), _OK),
+       ("epoch_cpu_util_percent", _optional(_list_of(NUMBER, nulls=True)), _OK),
+       ("epoch_clock_event_reasons", _optional(_list_of(_list_of(TEXT), nulls=True)), _OK),
+       ("busy_region", _optional(OBJECT), _OK),
+       ("busy_region.gpu_util_percent_mean", _optional(PERCENT), _OK)]
+    + [(f"environment.{name}", _optional(TEXT), _ALL)
+       for name in ("python", "keras", "backend_version", "tensorflow", "jax", "cuda_version",
+                    "cudnn_version", "cpu_model")]
+    + [("environment.cpu_count", _optional(POSITIVE_COUNT), _ALL),
+       ("environment.ram_gb", _optional(NUMBER), _ALL)])
 _MATMUL = [("size", POSITIVE_COUNT, _ALL), ("method", NAME, _ALL), ("dtype", _optional(NAME), _ALL),
            ("seconds", _optional(POSITIVE), _OK), ("call_seconds", _optional(POSITIVE), _OK),
            ("gflops", _optional(NUMBER), _OK),
@@ -94,6 +114,8 @@ _SCALING = _TRAIN + [("strategy", _optional(TEXT), _ALL), ("replicas", _optional
                      ("virtual_devices", _optional(COUNT), _ALL),
                      ("all_reduce", _optional(TEXT), _ALL),
                      ("scaling_efficiency", _optional(NUMBER), _OK)]
+# The fields a Speed_Factors variant's name is made of (gpubench.factors.label).
+FACTOR_FIELDS = ("batch_size", "precision", "steps_per_execution", "input_pipeline")
 RULES = {"matmul": _COMMON + _MATMUL,
          "train": _COMMON + _TRAIN + [("train_samples", POSITIVE_COUNT, _OK)],
          "scaling": _COMMON + _SCALING}
@@ -114,21 +136,19 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def without_bad_telemetry(record: dict, problems: list[str] | None = None) -> dict:
-    """`record` with each telemetry field of TELEMETRY_RULES that fails set to null, each named
-    in a warning (also added to `problems`): a bad figure never costs the record or its timing."""
-    if record["status"] != "ok":
-        return record
-    for path, (test, words) in TELEMETRY_RULES:
+def without_bad_fields(record: dict) -> tuple[dict, list[str]]:
+    """`record` with each field of DROPPABLE_RULES that fails set to null, and a message naming
+    each one dropped: a bad description never costs the record or its timing."""
+    ok, dropped = record["status"] == "ok", []
+    for path, (test, words), when in DROPPABLE_RULES:
         present, value = _value(record, path)
-        if present and not test(value):
+        if present and not test(value) and (ok or when == _ALL):
             owner, _, name = path.rpartition(".")
             record = ({**record, owner: {**record[owner], name: None}} if owner
                       else {**record, name: None})
-            results.skipped(f"{record.get('_origin', 'a record')}: {record['benchmark']} field "
-                            f"{path!r} is {_shown(value)}, dropped; the report needs {words}",
-                            problems)
-    return record
+            dropped.append(f"{record.get('_origin', 'a record')}: {record['benchmark']} field "
+                           f"{path!r} is {_shown(value)}, dropped; the report needs {words}")
+    return record, dropped
 
 
 def check(record: dict) -> None:
@@ -141,6 +161,11 @@ def check(record: dict) -> None:
         if present and not test(value):
             raise ValueError(f"{record['benchmark']} field {path!r} is {_shown(value)}; the "
                              f"report needs {words}")
+    if record["benchmark"] == "train" and record.get("factor"):  # its variant's name holds them
+        for name in FACTOR_FIELDS:
+            if record.get(name) is None:
+                raise ValueError(f"Speed_Factors field {name!r} is null; the report names the "
+                                 "variant by it")
     if ok and record["benchmark"] != "matmul" and record.get("time_boxed"):
         for name in ("steps_measured", "batch_size"):
             if not POSITIVE_COUNT[0](record.get(name)):
@@ -149,16 +174,24 @@ def check(record: dict) -> None:
 
 
 def usable(records: list[dict], problems: list[str] | None = None) -> list[dict]:
-    """The records that pass `check`; each other one is skipped with a warning naming its origin
-    (file:line) and the field, also added to `problems`."""
-    kept = []
+    """The records that pass `check`, each bad description dropped (`without_bad_fields`). The
+    first results.NAMED_UNREADABLE records skipped or fields dropped get a warning each, naming
+    origin (file:line) and field, the rest one warning with the total, as unreadable lines do;
+    each warning is also added to `problems`."""
+    kept, said = [], []
     for record in records:
+        record, dropped = without_bad_fields(record)
+        said += dropped
         try:
-            record = without_bad_telemetry(record, problems)
             check(record)
         except ValueError as exc:
-            results.skipped(f"{record.get('_origin', 'a record')}: skipped: {exc}", problems)
+            said.append(f"{record.get('_origin', 'a record')}: skipped: {exc}")
             continue
         kept.append(record)
+    named = results.NAMED_UNREADABLE
+    for message in said[:named]:
+        results.skipped(message, problems)
+    if len(said) > named:
+        results.skipped(f"{len(said)} records or fields in all left out by the report's checks: "
+                        f"{len(said) - named} more after the {named} named", problems)
     return kept
-

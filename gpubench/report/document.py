@@ -20,7 +20,7 @@ from pathlib import Path
 from gpubench import results, rundir
 from gpubench.records import backend_of, backend_title, columns
 from gpubench.report import backends, factors, matmul, scaling, telemetry, training
-from gpubench.report.format import code, explained_table, first_line
+from gpubench.report.format import code, explained_table, first_line, fmt
 from gpubench.report.inputs import UNFINISHED, ReportWriteError, job_row, load, read_jobs
 
 
@@ -34,7 +34,13 @@ def backend_text(environment: dict, backend: str) -> str:
     build = ("CPU-only build" if not environment.get("cuda_build")
              else ", ".join(known) if known else "CUDA build; CUDA and cuDNN versions not recorded")
     return (f"{backend_title(backend)}{f' {version}' if version else ''} ({build}), "
-            f"Keras {environment.get('keras')}")
+            f"Keras {fmt(environment.get('keras'), '')}")
+
+
+def _cpu_text(environment: dict) -> str:
+    """The CPU cell: model, cores and RAM, each as recorded ("–" where not)."""
+    return (f"{fmt(environment.get('cpu_model'), '')} ({fmt(environment.get('cpu_count'), '')} "
+            f"cores, {fmt(environment.get('ram_gb'), '')} GB)")
 
 
 ENVIRONMENT_HEADERS = ["machine · env", "CPU", "GPU", "backend", "Python", "commit", "data"]
@@ -46,14 +52,13 @@ def environment_rows(records: list[dict]) -> list[list]:
     for column in columns(records):
         recs = [r for r in records if r["_column"] == column]
         env = recs[-1]["environment"]
-        gpus = "; ".join(f"{g.get('name')} ({g.get('memory_gb')} GB)"
+        gpus = "; ".join(f"{fmt(g.get('name'), '')} ({fmt(g.get('memory_gb'), '')} GB)"
                          for g in env.get("gpus") or []) or "none"
-        data = sorted({f"{r['dataset']}: {r['data_source']}" for r in recs
+        data = sorted({f"{fmt(r['dataset'], '')}: {fmt(r['data_source'], '')}" for r in recs
                        if r["benchmark"] == "train"})
-        rows.append([column, f"{env.get('cpu_model')} ({env.get('cpu_count')} cores, "
-                             f"{env.get('ram_gb')} GB)",
-                     gpus, backend_text(env, backend_of(recs[-1])), f"Python {env.get('python')}",
-                     (env.get("git_commit") or "–")[:12], ", ".join(data) or "–"])
+        rows.append([column, _cpu_text(env), gpus, backend_text(env, backend_of(recs[-1])),
+                     f"Python {fmt(env.get('python'), '')}", (env.get("git_commit") or "–")[:12],
+                     ", ".join(data) or "–"])
     return rows
 
 

@@ -4,12 +4,13 @@ percent_of_matmul_peak) are `gpubench.factors`'; this module only shows them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gpubench import backends, factors
 from gpubench.records import columns, ok_records
 from gpubench.report import charts
-from gpubench.report.format import FACTOR_NOTES, column_note, md_table, table_headers
+from gpubench.report.format import FACTOR_NOTES, column_note, fmt, md_table, table_headers
 from gpubench.telemetry import text as telemetry_text
 
 
@@ -21,14 +22,14 @@ def describe(effect: dict) -> str:
     if effect["verdict"] == "no clear effect":
         return "no clear effect"
     if speedup >= 1:
-        return f"{speedup:.2f}x faster"
-    slower = 1 / speedup
-    return f"{slower:.0f}x slower" if slower >= 10 else f"{slower:.2f}x slower"
+        return f"{fmt(speedup, '.2f')}x faster"
+    slower = 1 / speedup if speedup else math.inf
+    return f"{fmt(slower, '.0f' if slower >= 10 else '.2f')}x slower"
 
 
 
 def _fmt_x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
+    return "n/a" if value is None else f"{fmt(value, '.2f')}x"
 
 
 def accuracy_text(row: dict) -> str:
@@ -37,7 +38,7 @@ def accuracy_text(row: dict) -> str:
         return "accuracy not measured (time-boxed)"
     if row["test_accuracy"] is None:
         return "n/a"
-    return f"{row['test_accuracy']:.4f}"
+    return fmt(row["test_accuracy"], ".4f")
 
 
 def _effect_text(row: dict) -> str:
@@ -48,14 +49,15 @@ def _effect_text(row: dict) -> str:
 
 def _cells(row: dict, matmul_records: Sequence[dict]) -> list[str]:
     """One variant's cells of `table`."""
-    interval = ("n/a" if row["low"] is None else f"{row['low']:.2f}–{row['high']:.2f}")
+    interval = ("n/a" if row["low"] is None
+                else f"{fmt(row['low'], '.2f')}–{fmt(row['high'], '.2f')}")
     pct = factors.percent_of_matmul_peak(row["record"], matmul_records)
     rate, gflops, steps = row["samples_per_second"], row["achieved_gflops"], row["steps_measured"]
     return [row["device"], row["label"], _fmt_x(row["speedup"]), _fmt_x(row["median_speedup"]),
-            interval, _effect_text(row), "n/a" if rate is None else f"{rate:,.0f}",
+            interval, _effect_text(row), "n/a" if rate is None else fmt(rate, ",.0f"),
             f"{'n/a' if steps is None else steps}{' (time-boxed)' if row['time_boxed'] else ''}",
-            "n/a" if gflops is None else f"{gflops:.1f}",
-            "n/a" if pct is None else f"{pct:.0f}%" + ("*" if pct > 100 else ""),
+            "n/a" if gflops is None else fmt(gflops, ".1f"),
+            "n/a" if pct is None else fmt(pct / 100, ".0%") + ("*" if pct > 100 else ""),
             _busy_text(row["record"]), accuracy_text(row)]
 
 
@@ -69,7 +71,7 @@ def _table_only(rows: Sequence[dict], matmul_records: Sequence[dict]) -> str:
 
 def peak_note(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
     """Why a "% of matmul" is over 100 % (marked "*" in `table`), "" when none is."""
-    over = [f"{row['device']} {row['label']} ({pct:.0f} %)" for row in rows
+    over = [f"{row['device']} {row['label']} ({fmt(pct, '.0f')} %)" for row in rows
             if (pct := factors.percent_of_matmul_peak(row["record"], matmul_records) or 0) > 100]
     if not over:
         return ""
@@ -107,12 +109,12 @@ def findings(rows: Sequence[dict]) -> str:
         neutral = [r["label"] for r in mine if r["verdict"] == "no clear effect"]
         parts = []
         if faster:
-            parts.append("faster: " + ", ".join(f"{r['label']} {r['speedup']:.2f}x"
+            parts.append("faster: " + ", ".join(f"{r['label']} {_fmt_x(r['speedup'])}"
                                                 for r in faster))
         if slower:
             parts.append("slower: " + ", ".join(
-                f"{r['label']} {1 / r['speedup']:.0f}x slower" if r["speedup"] < 0.2
-                else f"{r['label']} {r['speedup']:.2f}x" for r in slower))
+                f"{r['label']} {describe(r)}" if r["speedup"] < 0.2
+                else f"{r['label']} {_fmt_x(r['speedup'])}" for r in slower))
         if neutral:
             parts.append("no clear effect: " + ", ".join(neutral))
         combined = [r for r in mine if r["factor"] == "combined"]
@@ -121,7 +123,7 @@ def findings(rows: Sequence[dict]) -> str:
             text += f" The factor that matters most here is **{faster[0]['label']}**."
         if combined:
             c = combined[0]
-            text += (f" Together, {c['label']} runs at {c['speedup']:.2f}x the book's setting "
+            text += (f" Together, {c['label']} runs at {_fmt_x(c['speedup'])} the book's setting "
                      f"({c['verdict']}).")
             if faster and c["speedup"] < faster[0]["speedup"]:
                 text += (f" That is less than {faster[0]['label']} alone: these factors do not "

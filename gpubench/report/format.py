@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpubench.telemetry.text import BUSY_DEFINITION
+from gpubench.timing import STEADY_EPOCHS
 
 MISSING, NOT_A_NUMBER = "–", "n/a"  # a value not measured; one that is no finite number
 _NEGATIVE_ZERO = re.compile(r"^-(?=[0.,]*(?:$|[^0-9.,]))")  # "-0", "-0.0 s", "-0%"
@@ -25,6 +26,13 @@ def fmt(value, spec: str) -> str:
     if sum(c.isdigit() for c in text) > 15:  # no reader counts 16 digits: 1.2e+308
         text = f"{value * 100:.3g}%" if spec.endswith("%") else f"{value:.3g}"
     return _NEGATIVE_ZERO.sub("", text)
+
+
+def fmt_seconds(value: float | None) -> str:
+    """Seconds to three significant figures ("0.0123 s", "12.3 s", "402 s"); "–" for none, "n/a"
+    for no finite number (`fmt`'s rule)."""
+    text = fmt(value, ".0f" if value is not None and value >= 100 else ".3g")
+    return text if text in (MISSING, NOT_A_NUMBER) else f"{text} s"
 
 
 def first_line(text: str | None) -> str:
@@ -79,7 +87,7 @@ COLUMN_NOTES = {
     "mode": "XLA on or off, precision, batch size, steps per execution (steps per compiled "
             "call), input pipeline (arrays: NumPy arrays given to `fit`)",
     "total time": "all epochs, as the book times them",
-    "steady epoch": "the median of epochs 2..n",
+    "steady epoch": f"the median of {STEADY_EPOCHS}",
     "first epoch": "epoch 1, which includes tracing and compilation",
     "time saved vs CPU env": "1 − total time / the total time of the CPU env of the same "
                              "machine and backend (gpu against cpu, jax-gpu against jax-cpu; "
@@ -103,7 +111,7 @@ COLUMN_NOTES = {
     "workers": "processes (machines) taking part",
     "replicas": "copies of the model training in parallel, one per device",
     "global batch": "images per step over all replicas",
-    "samples/s": "training images per second, from the median of epochs 2..n",
+    "samples/s": f"training images per second, from the median of {STEADY_EPOCHS}",
     "scaling efficiency": "samples/s over replicas x the one-replica samples/s of the same run "
                           "(100%: perfect scaling)",
     "all-reduce": "how the replicas' gradients are added up",

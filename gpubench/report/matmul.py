@@ -5,6 +5,8 @@ charts."""
 
 from __future__ import annotations
 
+import math
+
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
 from gpubench.records import (
     BOOK,
@@ -57,21 +59,23 @@ NO_PRODUCT_NOTE = ("> These records hold no product time: gpubench before record
 
 
 def fmt_time(seconds: float | None) -> str:
-    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none."""
-    if seconds is None:
-        return "–"
+    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none,
+    "n/a" for no finite number (`fmt`'s rule)."""
+    if seconds is None or not math.isfinite(seconds):
+        return fmt(seconds, "")
     for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
         value = seconds * scale
         if float(f"{value:.3g}") < 1000 or unit == "s":
-            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+            return f"{fmt(value, '.0f' if value >= 100 else '.3g')} {unit}"
     return "–"  # not reached
 
 
 def fmt_rate(gflops: float | None) -> str:
-    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none."""
-    if gflops is None:
-        return "–"
-    return f"{gflops / 1e3:,.0f} TFLOP/s" if gflops >= 1e4 else f"{gflops:,.0f} GFLOP/s"
+    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none, "n/a" for no finite number."""
+    if gflops is None or not math.isfinite(gflops):
+        return fmt(gflops, "")
+    return (f"{fmt(gflops / 1e3, ',.0f')} TFLOP/s" if gflops >= 1e4
+            else f"{fmt(gflops, ',.0f')} GFLOP/s")
 
 
 def aligned_size(size: int, multiple: int = ALIGN_MULTIPLE) -> int:
@@ -171,14 +175,14 @@ def _row(r: dict) -> dict[str, str]:
     product, call = r.get("seconds"), r.get("call_seconds")
     share = "–"
     if r.get("spec_peak_gflops") and r.get("gflops") is not None and product is not None:
-        share = f"{100 * r['gflops'] / r['spec_peak_gflops']:.0f}%"
+        share = fmt(r["gflops"] / r["spec_peak_gflops"], ".0%")
         if r["gflops"] > r["spec_peak_gflops"]:
             share += " (above the datasheet figure; check gpubench/peaks.py)"
     overhead = (call - product) * 1e6 if product is not None and call is not None else None
     return {"product time": fmt_time(product),
             "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
             "% of datasheet peak": share, "call latency": fmt_time(call),
-            "launch and sync per call": "–" if overhead is None else f"{round(overhead):,} µs"}
+            "launch and sync per call": "–" if overhead is None else f"{fmt(overhead, ',.0f')} µs"}
 
 
 def table(records: list[dict]) -> str:

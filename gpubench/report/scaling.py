@@ -22,10 +22,10 @@ def table(records: Sequence[dict]) -> str:
         if r["status"] != "ok":
             found.append(first + [f"{r['status']}: {r['error']}", "", "", "", ""])
             continue
-        ideal = f"{base * r['replicas']:,.0f}" if base else "n/a"
-        eff = f"{r['scaling_efficiency']:.2f}" if r["scaling_efficiency"] is not None else "n/a"
-        found.append(first + [f"{r['samples_per_second']:,.0f}", ideal, eff,
-                              f"{r['test_accuracy']:.4f}", f"{r['final_loss']:.4f}"])
+        ideal = fmt(base * r["replicas"], ",.0f") if base and r["replicas"] else "n/a"
+        found.append(first + [fmt(r["samples_per_second"], ",.0f"), ideal,
+                              fmt(r["scaling_efficiency"], ".2f"), fmt(r["test_accuracy"], ".4f"),
+                              fmt(r.get("final_loss"), ".4f")])
     return md_table(TABLE_HEADERS, found, right=TABLE_HEADERS[1:])
 
 
@@ -71,26 +71,28 @@ def reading(records: Sequence[dict]) -> str:
     first, last = ok[0], ok[-1]
     lines.append(
         f"From {first['replicas']} to {last['replicas']} replicas, throughput went from "
-        f"{first['samples_per_second']:,.0f} to {last['samples_per_second']:,.0f} images/s: "
-        f"efficiency {last['scaling_efficiency']:.1%} of linear.")
+        f"{fmt(first['samples_per_second'], ',.0f')} to "
+        f"{fmt(last['samples_per_second'], ',.0f')} images/s: "
+        f"efficiency {fmt(last['scaling_efficiency'], '.1%')} of linear.")
     drop = next((r for r in ok if r["scaling_efficiency"] < 0.9), None)
     if drop is not None and drop.get("virtual_devices"):
         lines.append(f"Efficiency falls below 90% at {drop['replicas']} replicas "
-                     f"({drop['scaling_efficiency']:.1%}), as expected here: the replicas share "
-                     "the same cores, so adding one adds no compute, only the all-reduce.")
+                     f"({fmt(drop['scaling_efficiency'], '.1%')}), as expected here: the "
+                     "replicas share the same cores, so adding one adds no compute, only the "
+                     "all-reduce.")
     elif drop is None:
         lines.append("Efficiency stays at 90% or above throughout: the work per step hides the "
                      f"all-reduce ({last['all_reduce']}).")
     else:
         lines.append(
             f"Efficiency first falls below 90% at {drop['replicas']} replicas "
-            f"({drop['scaling_efficiency']:.1%}). Each step then spends a visible share of its "
-            f"time synchronising gradients ({drop['all_reduce']}) or waiting for input; larger "
-            "per-replica batches (weak scaling), a bigger model per step or faster links between "
-            "devices raise it.")
+            f"({fmt(drop['scaling_efficiency'], '.1%')}). Each step then spends a visible share "
+            f"of its time synchronising gradients ({drop['all_reduce']}) or waiting for input; "
+            "larger per-replica batches (weak scaling), a bigger model per step or faster links "
+            "between devices raise it.")
     lines.append(
-        f"Test accuracy: {first['test_accuracy']:.4f} with a global batch of "
-        f"{first['global_batch_size']}, {last['test_accuracy']:.4f} with "
+        f"Test accuracy: {fmt(first['test_accuracy'], '.4f')} with a global batch of "
+        f"{first['global_batch_size']}, {fmt(last['test_accuracy'], '.4f')} with "
         f"{last['global_batch_size']}; a larger global batch takes fewer optimiser steps per "
         "epoch, so compare accuracy before counting a speed-up as a gain.")
     return lines[0] + "\n\n" + " ".join(lines[1:])

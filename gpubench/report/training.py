@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gpubench import factors, params
+from gpubench import factors, params, timing
 from gpubench.records import (
     MODEL_ORDER,
     MODEL_TITLES,
@@ -15,11 +15,10 @@ from gpubench.records import (
     by_model_and_column,
     columns,
     cpu_env,
-    fmt_seconds,
     ok_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, fmt_range
+from gpubench.report.format import explained_table, fmt, fmt_range, fmt_seconds
 from gpubench.telemetry import text as telemetry_text
 
 _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
@@ -175,7 +174,7 @@ def unstable(records: list[dict]) -> list[str]:
         spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or math.inf)
         if spread <= UNSTABLE_SPREAD:
             continue
-        steady = (r["epoch_seconds"] or [])[1:] or [r["steady_epoch_seconds"]]
+        steady = timing.steady(r["epoch_seconds"] or []) or [r["steady_epoch_seconds"]]
         what = MODEL_TITLES.get(r["model"], r["model"])
         if r.get("factor"):
             labels = [row["label"] for row in factors.effects([r])]
@@ -214,7 +213,8 @@ def plot_epoch_bars(records: list[dict], fig=None):
         steady = [r.get("steady_epoch_seconds") or r.get("first_epoch_seconds") for r in runs]
         first = [r.get("first_epoch_seconds") for r in runs]
         x = np.arange(len(ran))
-        ax.bar(x - 0.2, [v or 0 for v in steady], width=0.4, label="steady epoch (median of 2..n)")
+        ax.bar(x - 0.2, [v or 0 for v in steady], width=0.4,
+               label=f"steady epoch (median of {timing.STEADY_EPOCHS})")
         ax.bar(x + 0.2, [v or 0 for v in first], width=0.4, label="epoch 1 (incl. tracing)",
                alpha=0.6)
         for xi, value in zip(x, steady, strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubench import backends, results, telemetry
+from gpubench import backends, results, telemetry, timing
 from gpubench.params import check_scaling
 from gpubench.scaling.placement import (
     canonical,
@@ -29,16 +29,15 @@ def _placed(devices: Sequence[str]) -> dict:
 def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
     """The `scaling` record of one run (`fields`: where and how), with its efficiency against
     the one-replica run's `one_replica_sps`, and the telemetry of its epochs."""
-    from gpubench import training  # noqa: PLC0415 - loads the backend
-
     par = parallel()
-    timed = training.timing_fields(measured.epoch_seconds, measured.train_samples,
-                                   measured.flops_per_sample)
+    timed = timing.train_fields(measured.epoch_seconds, measured.train_samples,
+                                measured.flops_per_sample)
     base = fields["replicas"] * one_replica_sps if one_replica_sps else None
     return results.make_record(
         "scaling", **fields, **timed, epochs=len(measured.epoch_seconds),
         batch_size=fields["global_batch_size"], train_samples=measured.train_samples,
-        validation_samples=0, steady_epoch_min=min(measured.epoch_seconds[1:], default=None),
+        validation_samples=0,
+        steady_epoch_min=min(timing.steady(measured.epoch_seconds), default=None),
         test_accuracy=measured.test_accuracy, test_loss=measured.test_loss,
         jit_compile=par.JIT_COMPILE, precision="float32", steps_per_execution=1,
         input_pipeline=par.INPUT_PIPELINE, flops_per_sample=measured.flops_per_sample,

@@ -23,7 +23,6 @@ combining regions, per-epoch lists) and `text` (all of it in words).
 
 from __future__ import annotations
 
-from gpubench.telemetry import text
 from gpubench.telemetry.monitor import DEFAULT_INTERVAL, MIN_AVERAGED_SECONDS, Monitor
 from gpubench.telemetry.nvml import (
     CPU_DEVICE,
@@ -38,5 +37,5 @@ from gpubench.telemetry.summary import EMPTY, FIELDS, combine, epoch_fields, unm
 
 __all__ = ["CPU_DEVICE", "DEFAULT_INTERVAL", "EMPTY", "FIELDS", "IGNORED_REASON_BITS",
            "MIN_AVERAGED_SECONDS", "NO_DRIVER", "NO_PYNVML", "REASON_BITS",
-           "Monitor", "combine", "epoch_fields", "reason_names", "resolve_handle", "text",
+           "Monitor", "combine", "epoch_fields", "reason_names", "resolve_handle",
            "unmeasured"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from gpubench import timing
+
 BUSY_LOW_PERCENT = 60  # below this the GPU mostly waits: on the input feed or on Python
 POWER_CAP_REASONS = frozenset({"sw_power_cap"})
 THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
@@ -119,7 +121,7 @@ def busy_percent(epoch_util: Sequence[float | None] | None,
                  run_mean: float | None) -> tuple[float | None, bool]:
     """GPU busy % by its one definition (BUSY_DEFINITION), and whether it fell back to the run's
     mean for want of per-epoch figures."""
-    steady = [u for u in (epoch_util or [])[1:] if u is not None]
+    steady = [u for u in timing.steady(epoch_util or []) if u is not None]
     if steady:
         return statistics.median(steady), False
     return run_mean, run_mean is not None

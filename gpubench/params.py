@@ -352,6 +352,12 @@ def check_for_backend(notebook: str, params: dict, backend: str,
                       tensorflow_importable: bool) -> dict:
     """`params` checked against what `backend` can run (before any kernel starts); raises naming
     the value and what to use instead. Returns them unchanged."""
+    steps = params.get("steps_per_execution")
+    if backend == "torch" and [v for v in (steps if isinstance(steps, list) else [steps]) if
+                               v not in (None, 1)]:
+        raise ParameterError(
+            f"{notebook}: steps_per_execution={steps!r}: Keras's PyTorch trainer runs one step per "
+            "call; use steps_per_execution=1 (or leave it out) in a torch env")
     pipelines = params.get("input_pipelines") or []
     if "tf.data" in pipelines and not tensorflow_importable:
         raise ParameterError(

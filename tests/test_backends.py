@@ -1,6 +1,7 @@
 """The backend seam: one home for what differs between Keras backends, and each backend's rules.
 
-Tests marked `jax` run in the TensorFlow-free JAX env (`make test` runs them there); the
+Tests marked `jax` run in the TensorFlow-free JAX env, those marked `torch` in the PyTorch env
+(`make test` runs them there); the
 others run in the TensorFlow env.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +234,126 @@ def test_cuda_visible_devices_minus_one_with_a_gpu_asked_is_the_guard(tmp_path):
                           timeout=300, env=python_env(CUDA_VISIBLE_DEVICES="-1"))
     assert done.returncode == 1 and "GPUNotAvailableError: device 'gpu' asked for a GPU" in (
         done.stderr)
+
+
+# PyTorch: these run in the TensorFlow-free torch env (make test: `pytest -m torch` there).
+
+@pytest.mark.torch
+def test_torch_env_has_no_tensorflow_and_records_say_so():
+    backend = backends.current()
+    assert backend.NAME == "torch"
+    snapshot = results.environment_snapshot()
+    assert snapshot["tensorflow"] is None and snapshot["jax"] is None
+    assert snapshot["backend_version"] == backend.version() == backend.torch().__version__.split(
+        "+")[0]
+    assert snapshot["cuda_build"] is (backend.torch().version.cuda is not None)
+    assert snapshot["backend_settings"]["tf32"] is False  # torch's default: "highest"
+    assert results.default_env_name() in ("torch-cpu", "torch-gpu")
+    code = ("import gpubench as gb, sys; gb.matmul.performance_test('cpu', 64);"
+            "print('tensorflow' in sys.modules, 'jax' in sys.modules)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env=python_env(KERAS_BACKEND="torch"))
+    assert out.returncode == 0 and out.stdout.strip() == "False False", out.stderr[-2000:]
+
+
+@pytest.mark.torch
+def test_torch_tf32_follows_its_matmul_precision():
+    torch = backends.current().torch()
+    assert backends.current().tf32_enabled() is False
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert backends.current().tf32_enabled() is True
+        assert backends.current().build_info()["backend_settings"]["tf32"] is True
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+@pytest.mark.torch
+def test_torch_sync_waits_for_every_gpu_torch_started(monkeypatch):
+    """CUDA work is queued: the clock of a timed call stops only after each GPU's synchronize;
+    a run that never started CUDA (the CPU) never touches it."""
+    cuda = backends.current().torch().cuda
+    events = []
+    monkeypatch.setattr(cuda, "synchronize", lambda index=None: events.append(("sync", index)))
+    monkeypatch.setattr(cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(cuda, "is_initialized", lambda: False)
+    timing.measure(lambda: events.append("call"), warmup=1, repeats=2)
+    assert events == ["call"] * 3  # CUDA not started: no GPU is touched
+    events.clear()
+    monkeypatch.setattr(cuda, "is_initialized", lambda: True)
+    timing.measure(lambda: events.append("call"), warmup=1, repeats=2)
+    assert events == ["call", ("sync", 0), ("sync", 1)] * 3
+
+
+@pytest.mark.torch
+def test_torch_places_the_work_on_the_device_asked_for():
+    backend = backends.current()
+    assert (backend.keras_device("cpu"), backend.keras_device("gpu:1")) == ("cpu", "gpu:1")
+    keras = backends.keras()
+    with backend.scope("cpu"):
+        made = keras.random.normal((4, 4))
+        model = training.build_model("mlp_h1000", "cpu")
+    assert made.device.type == "cpu"
+    assert {v.value.device.type for v in model.weights} == {"cpu"}
+
+
+@pytest.mark.torch
+def test_torch_oom_is_recognised():
+    torch = backends.current().torch()
+    assert backends.is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert backends.failure(torch.OutOfMemoryError("CUDA out of memory"))[0] == "oom"
+    assert not backends.is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("xla, compiled", [("off", False), ("on", True), ("auto", False)])
+def test_torch_xla_on_is_torch_compile_and_the_record_says_what_ran(xla, compiled):
+    model = training.build_model("mlp_h1000", "cpu", xla=xla)
+    assert training.mode_fields(model)["jit_compile"] is compiled
+    model.make_train_function()
+    wrapped = hasattr(model.train_function, "_torchdynamo_orig_callable")
+    assert wrapped is compiled  # Keras's jit_compile=True on torch is torch.compile
+
+
+@pytest.mark.torch
+def test_torch_gpu_guard_on_a_cpu_only_build_names_the_fix(fake_command, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_command("nvidia-smi", H200)
+    assert not backends.current().is_cuda_build()
+    with pytest.raises(devices.GPUNotAvailableError) as info:
+        devices.resolve("gpu")
+    text = str(info.value)
+    assert "PyTorch sees none" in text and "NVIDIA H200" in text and "CPU-only build" in text
+    assert "gpubench-torch-gpu" in text and "torch==2.13.*" in text
+    with pytest.warns(UserWarning, match="runs on the CPU although nvidia-smi lists a GPU"):
+        assert devices.resolve("auto") == "cpu"  # never silently
+
+
+@pytest.mark.torch
+def test_torch_gpu_guard_names_a_hidden_gpu_and_an_old_driver(fake_command, monkeypatch):
+    backend = backends.current()
+    cuda = backend.torch().cuda
+    fake_command("nvidia-smi", H200)
+    monkeypatch.setattr(backend, "is_cuda_build", lambda: True)
+    monkeypatch.setattr(backend.torch().version, "cuda", "13.0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    with pytest.raises(devices.GPUNotAvailableError, match="CUDA_VISIBLE_DEVICES='-1' hides"):
+        devices.check_gpu()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+
+    def too_old() -> bool:
+        warnings.warn("The NVIDIA driver on your system is too old (found version 12020).",
+                      UserWarning, stacklevel=1)
+        return False
+
+    monkeypatch.setattr(cuda, "is_available", too_old)
+    backend._available.cache_clear()
+    try:
+        with pytest.raises(devices.GPUNotAvailableError) as info:
+            devices.check_gpu()
+    finally:
+        monkeypatch.undo()
+        backend._available.cache_clear()
+    text = str(info.value)
+    assert "built for CUDA 13.0" in text and "too old (found version 12020)" in text
+    assert "update the NVIDIA driver" in text

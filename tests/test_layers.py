@@ -21,9 +21,10 @@ LAYERS = {
     # datasheet peaks. The package itself holds __version__ and imports submodules by name
     # on first use (importlib, not counted here).
     "ground": ["gpubench", "gpubench.params", "gpubench.machine", "gpubench.peaks"],
-    # Everything that differs by backend; the only modules that load TensorFlow or JAX.
+    # Everything that differs by backend; the only modules that load TensorFlow, JAX or PyTorch.
     "seam": ["gpubench.backends", "gpubench.backends.tensorflow", "gpubench.backends.jax",
-             "gpubench.backends.tensorflow_feeds", "gpubench.backends.jax_feeds",
+             "gpubench.backends.torch", "gpubench.backends.tensorflow_feeds",
+             "gpubench.backends.jax_feeds", "gpubench.backends.torch_feeds",
              "gpubench.backends.tensorflow_parallel", "gpubench.backends.jax_parallel"],
     # Clocks, telemetry (and the one-line summary in words that training prints), datasets,
     # the book's models, device names and placement.
@@ -171,8 +172,8 @@ def test_ground_imports_nothing_of_the_package(graph):
     assert {m: sorted(graph[m]) for m in LAYERS["ground"]} == {m: [] for m in LAYERS["ground"]}
 
 
-def test_only_the_seam_imports_tensorflow_or_jax():
-    frameworks = {"tensorflow", "jax", "jaxlib"}
+def test_only_the_seam_imports_tensorflow_jax_or_torch():
+    frameworks = {"tensorflow", "jax", "jaxlib", "torch"}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.parent.name == "backends":

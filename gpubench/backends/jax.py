@@ -167,6 +167,7 @@ def build_info() -> dict:
                 "gpu_memory_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
                                                          "true").lower() not in ("false", "0"),
                 "default_matmul_precision": module.config.jax_default_matmul_precision,
+                "tf32": tf32_enabled(),
                 "platforms": os.environ.get("JAX_PLATFORMS") or None,
                 "fallback_warning": _fallback[0] if _fallback else None}}
 

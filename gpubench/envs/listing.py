@@ -8,6 +8,7 @@ from pathlib import Path
 from gpubench import machine  # stdlib-only at import
 from gpubench.envs import kernels, probing
 from gpubench.envs.names import ENVS, backend_of, is_gpu_env, kernel_name, setup_command
+from gpubench.records import BACKEND_TITLES
 
 
 def _gpu_cell(info: dict) -> str:
@@ -66,7 +67,9 @@ def envs_report() -> str:
     for env in ENVS:
         if env in specs:
             continue
-        optional = " (optional: Keras on JAX)" if backend_of(env) == "jax" else ""
+        backend = backend_of(env)
+        optional = (f" (optional: Keras on {BACKEND_TITLES[backend]})"
+                    if backend != "tensorflow" else "")
         notes.append(f"{env}: not set up{optional} (no kernel {kernel_name(env)}); " + (
             "this machine has no NVIDIA GPU (nvidia-smi not found or lists none)"
             if is_gpu_env(env) and not smi else f"create it with {setup_command(env)}"))

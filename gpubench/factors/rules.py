@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from gpubench import backends  # light: loads no framework
 from gpubench.params import DEFAULTS, SPEED_FACTORS_MODELS
+from gpubench.records import BACKEND_TITLES
 
 MODELS = SPEED_FACTORS_MODELS
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
@@ -23,6 +24,11 @@ XLA_NOTE = ("XLA: always on with JAX (JAX compiles every training step), so it i
             "here: xla_modes {modes} run as one compiled baseline, and no XLA variant.")
 NO_TF_DATA = ("input pipeline 'tf.data' needs TensorFlow, which cannot be imported in this "
               "{backend} env")
+# Backends whose Keras trainer runs one step per call: steps_per_execution is no factor there.
+ONE_STEP_PER_CALL = ("torch",)
+STEPS_NOTE = ("steps per execution: Keras's {backend} trainer runs one step per call "
+              "(steps_per_execution must be 1), so it is not a factor here: values {values} "
+              "not measured.")
 TF_DATA_FIX = ("drop it (e.g. -p input_pipelines=arrays,on_device) or `pip install tensorflow-cpu` "
                "into this env")
 
@@ -88,7 +94,9 @@ def for_backend(values: dict[str, Sequence], backend: str, tf_data: bool, *,
     """The factor values `backend` can run, and notes on what it changed.
 
     On a backend that always compiles (JAX) the xla values collapse into the one compiled
-    baseline. Where `tf_data` is False (TensorFlow not importable), "tf.data" is dropped with
+    baseline; on one whose trainer runs one step per call (PyTorch) steps_per_execution values
+    other than 1 are left out, with a note (`params.check_for_backend` refuses them from `-p`).
+    Where `tf_data` is False (TensorFlow not importable), "tf.data" is dropped with
     a note when `drop_tf_data` (the chapter's default list), else refused: ValueError naming
     the value and the fix.
     """
@@ -97,6 +105,10 @@ def for_backend(values: dict[str, Sequence], backend: str, tf_data: bool, *,
     if backend in ALWAYS_COMPILED and checked.get("xla"):
         notes.append(XLA_NOTE.format(modes=checked["xla"]))
         checked["xla"] = []
+    if backend in ONE_STEP_PER_CALL and (more := [v for v in checked.get("steps_per_execution")
+                                               or [] if v != 1]):
+        notes.append(STEPS_NOTE.format(backend=BACKEND_TITLES.get(backend, backend), values=more))
+        checked["steps_per_execution"] = [v for v in checked["steps_per_execution"] if v == 1]
     pipelines = checked.get("input_pipeline") or []
     if "tf.data" in pipelines and not tf_data:
         why = NO_TF_DATA.format(backend=backend)

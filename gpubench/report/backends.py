@@ -1,5 +1,5 @@
 """The backends in the report: one model on one device of one machine, trained by several Keras
-backends (TensorFlow against JAX), with whether each pair ran like for like."""
+backends (TensorFlow, JAX, PyTorch), with whether each pair ran like for like."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from gpubench.records import (
     backend_title,
     book_train,
     columns,
+    fmt_seconds,
     machine_of,
     ok_records,
 )
-from gpubench.report.format import explained_table, fmt, fmt_seconds
+from gpubench.report.format import explained_table, fmt
 from gpubench.report.training import mode, mode_differences, model_rank
 
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",
@@ -30,20 +31,42 @@ def images_per_second(record: dict) -> float | None:
     return record["train_samples"] / steady if steady else None
 
 
+def tf32(record: dict) -> bool | None:
+    """Whether a float32 GPU run's matmuls could use TF32 (the backend's setting, recorded);
+    None where it does not apply (a CPU, another precision) or was not recorded."""
+    if not str(record.get("device", "")).startswith("gpu") or record.get("precision") != "float32":
+        return None
+    found = ((record.get("environment") or {}).get("backend_settings") or {}).get("tf32")
+    return found if isinstance(found, bool) else None
+
+
 def _like_for_like(record: dict, reference: dict) -> str:
-    """"yes", or what differs between two backends' runs, XLA spelled out (JAX always compiles)."""
+    """"yes", or what differs between two backends' runs, XLA spelled out (JAX always compiles;
+    on PyTorch, compiling is torch.compile), and TF32 where the backends' settings differ."""
     differ = mode_differences(mode(record), mode(reference))
+    ours_tf32, theirs_tf32 = tf32(record), tf32(reference)
+    tf32_differs = None not in (ours_tf32, theirs_tf32) and ours_tf32 != theirs_tf32
     if record.get("train_samples") != reference.get("train_samples"):
         differ.append("train_samples")
-    if not differ:
+    if not differ and not tf32_differs:
         return "yes"
     ours = {n: mode(record).get(n, f"{record.get(n)} images") for n in differ}
     theirs = {n: mode(reference).get(n, f"{reference.get(n)} images") for n in differ}
+    if tf32_differs:
+        differ.append("tf32")
+        ours["tf32"], theirs["tf32"] = (f"TF32 {'on' if v else 'off'}"
+                                        for v in (ours_tf32, theirs_tf32))
     text = ("**not like for like**: " + ", ".join(ours[n] for n in differ) + " against "
             + ", ".join(theirs[n] for n in differ))
-    if "jit_compile" in differ and "jax" in (backend_of(record), backend_of(reference)):
+    pair = (backend_of(record), backend_of(reference))
+    if "jit_compile" in differ and "jax" in pair:
         text += (" (JAX always compiles with XLA; run TensorFlow with `-p xla=on` for the "
                  "like-for-like pair)")
+    if "jit_compile" in differ and "torch" in pair:
+        text += " (on PyTorch, XLA on means torch.compile)"
+    if tf32_differs:
+        text += (" (float32 matmuls may use TF32 by JAX's default, not by PyTorch's; "
+                 "TensorFlow's is recorded)")
     return text
 
 
@@ -91,7 +114,8 @@ def rows(records: list[dict]) -> list[list]:
 
 
 def section(records: list[dict]) -> list[str]:
-    """The "Backends: TensorFlow vs JAX" section: one model on one device across backends."""
+    """The "Backends: TensorFlow vs JAX vs PyTorch" section: one model on one device across
+    backends."""
     if not (found := rows(records)):
         return []
     names = sorted({backend_of(r) for group in backend_groups(records) for r in group},
@@ -101,8 +125,9 @@ def section(records: list[dict]) -> list[str]:
             "The same model on the same device of the same machine, trained by different Keras "
             f"backends. Ratio: images/s against {first}'s run (above 1: faster than {first}). "
             "Rows whose mode differs (XLA, precision, batch, steps per execution, input "
-            "pipeline, data size) are not like for like. JAX always compiles with XLA, while "
-            "gpubench runs TensorFlow with XLA off unless `xla=on`: TensorFlow with XLA off "
-            "against JAX compares the modes as much as the backends.", "",
+            "pipeline, data size, TF32 on a GPU) are not like for like. JAX always compiles with "
+            "XLA, while gpubench runs TensorFlow with XLA off unless `xla=on`: TensorFlow with "
+            "XLA off against JAX compares the modes as much as the backends. On PyTorch, XLA "
+            "on means `torch.compile` and off means eager.", "",
             *explained_table(BACKEND_HEADERS, found)]
 

@@ -107,3 +107,15 @@ def gpu_asked(name: object) -> str | None:
     """"gpu:N" when a device name asks for a GPU ("gpu", "/GPU:1", ...), else None."""
     match = re.fullmatch(r"/?(?:device:)?gpu(?::(\d+))?", str(name).strip().lower())
     return None if match is None else f"gpu:{int(match[1] or 0)}"
+
+
+def check_scaling_backends(targets: dict, named: list[str] | None) -> None:
+    """Refuse, before any kernel, Multi_GPU_Scaling named for an env whose backend has no
+    data-parallel path (PyTorch); not named, the run leaves it out there."""
+    from gpubench.scaling.rules import NOTEBOOK, backend_refusal  # noqa: PLC0415 - stdlib-only
+
+    if NOTEBOOK not in (named or []):
+        return
+    for env, target in targets.items():
+        if target.backend and (why := backend_refusal(target.backend)):
+            raise UsageError(f"--notebooks {NOTEBOOK} in env {env}: {why}")

@@ -17,7 +17,12 @@ from pathlib import Path
 from gpubench import envs, notebook, results
 from gpubench import params as nb_params
 from gpubench.rundir import UsageError
-from gpubench.runner.arguments import NEW_RUN, check_notebooks, check_params
+from gpubench.runner.arguments import (
+    NEW_RUN,
+    check_notebooks,
+    check_params,
+    check_scaling_backends,
+)
 from gpubench.runner.jobs import execute
 from gpubench.runner.kernels import _Stop, register_provisioner, signals_stop_the_run
 from gpubench.runner.manifest import MANIFEST, Job, load_run, new_run, save_jobs, target_of
@@ -98,6 +103,7 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
                     targets = check_envs(env_names)
                 problems = env_problems(targets)
                 check_runnable(targets, notebook_list, params or {}, problems)
+                check_scaling_backends(targets, notebooks)
                 check_xla_flags({e: t for e, t in targets.items() if e not in problems})
                 run_dir, manifest, jobs = new_run(out, profile, targets, notebook_list,
                                                   params or {}, stack, named=notebooks is not None)
@@ -255,6 +261,9 @@ def _mark_unavailable(jobs: list[Job], manifest: dict, targets: dict[str, Target
             from gpubench import scaling  # noqa: PLC0415 - no ML framework at import
 
             gpus = targets[job.env].gpus
+            if why := scaling.backend_refusal(targets[job.env].backend or "tensorflow"):
+                job.status, job.error = "skipped", why
+                continue
             job.extra = scaling.include_in_run(bool(gpus) or envs.is_gpu_env(job.env), len(gpus),
                                                manifest["profile"], job.notebook in named)
             if job.extra is None:

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from gpubench import backends
 from gpubench.params import positive_int
+from gpubench.scaling.rules import check_backend
 
 _CPU_N = re.compile(r"^/?(?:device:)?cpu:(\d+)$", re.IGNORECASE)
 
@@ -30,8 +31,8 @@ def backend_name() -> str:
 
 def parallel() -> ModuleType:
     """The backend's data-parallel module (gpubench.backends.<backend>_parallel); loads no
-    framework by itself."""
-    return importlib.import_module(f"gpubench.backends.{backend_name()}_parallel")
+    framework by itself); ValueError, naming the backends that can, for one that has none."""
+    return importlib.import_module(f"gpubench.backends.{check_backend(backend_name())}_parallel")
 
 
 def split_cpu(count: int | None) -> None:

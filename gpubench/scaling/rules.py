@@ -9,6 +9,8 @@ import re
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
 CLUSTER_BACKEND = "tensorflow"  # the backend of the several-machine mode
+# The backends with a data-parallel path (gpubench/backends/<backend>_parallel.py).
+PARALLEL_BACKENDS = ("tensorflow", "jax")
 # Set by `launch_local` in each worker's environment: the launcher's PID (the worker dies with
 # it), and the run directory whose lock the launcher holds for the workers.
 LAUNCHER_ENV = "GPUBENCH_SCALING_LAUNCHER"
@@ -30,6 +32,23 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
     if asked_by_name or (profile == "quick" and not env_is_gpu):
         return {"virtual_devices": 2}
     return None
+
+
+def backend_refusal(backend: str) -> str | None:
+    """Why the chapter cannot run on `backend`, naming the backends that can; None if it can."""
+    if backend in PARALLEL_BACKENDS:
+        return None
+    can = " or ".join(PARALLEL_BACKENDS)
+    return (f"{NOTEBOOK} cannot run on {backend}: Keras's distribution API does not cover it and "
+            f"gpubench has no data-parallel path for it; run it in a {can} env (e.g. --envs cpu "
+            "or --envs jax-cpu)")
+
+
+def check_backend(backend: str) -> str:
+    """`backend` if the chapter runs on it, else a ValueError saying which backends can."""
+    if why := backend_refusal(backend):
+        raise ValueError(why)
+    return backend
 
 
 def parse_cluster(text: str) -> list[str]:

@@ -872,3 +872,52 @@ def test_the_job_table_of_a_run_without_records_is_explained(tmp_path):
     [(headers, note)] = _tables(build_text(tmp_path))
     assert headers == ["run", "env", "notebook", "status", "why"]
     assert note.startswith("Columns: **status**: failed: the notebook raised an error")
+
+
+# ---------------------------------------------------------------- nothing unreadable in a cell
+
+def test_a_run_id_that_is_no_string_costs_its_line_not_the_report(tmp_path):
+    records = [train("cpu", 100.0), train("gpu", 20.0)]
+    records[1] = {**records[1], "run_id": []}
+    with pytest.warns(UserWarning, match="results.jsonl:2: skipped"):
+        text = build_text(_lines_with(tmp_path, records))
+    assert "field 'run_id' has the wrong type: []" in text
+    assert [cell(row, "machine · env") for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
+
+
+def test_records_the_checks_refuse_are_named_five_times_then_counted_once(tmp_path):
+    good = train("cpu", 100.0)
+    bad = [{**matmul("cpu", "cpu", 500 + n, 0.1), "method": None} for n in range(40)]
+    with pytest.warns(UserWarning) as seen:
+        text = build_text(_lines_with(tmp_path, [good, *bad]))
+    said = [str(w.message) for w in seen if "skipped" in str(w.message)
+            or "left out" in str(w.message)]
+    assert len(said) == results.NAMED_UNREADABLE + 1, said
+    assert [s.split(": skipped")[0].rsplit(":", 1)[1] for s in said[:-1]] == ["2", "3", "4", "5",
+                                                                              "6"]
+    assert said[-1].startswith("40 records or fields in all left out by the report's checks: "
+                               "35 more after the 5 named")
+    assert said[-1] in text and text.count("field 'method' is None") == 5
+
+
+@pytest.mark.parametrize("path,value", [("dataset", "NaN"), ("data_source", "None"),
+                                        ("env", "inf"), ("environment.hostname", " -0 ")])
+def test_a_text_field_that_reads_as_a_broken_number_costs_its_record(tmp_path, path, value):
+    from test_report_fuzz import _cells
+
+    records = [train("cpu", 100.0), _mutated(train("gpu", 20.0), path, value)]
+    with pytest.warns(UserWarning, match="results.jsonl:2: skipped: .*not \"None\", \"nan\""):
+        text = build_text(_lines_with(tmp_path, records))
+    assert not [c for c in _cells(text) if value.strip() in c.split()]
+
+
+def test_unknown_environment_details_show_the_missing_mark_not_none(tmp_path):
+    record = train("cpu", 100.0)
+    record["environment"].update(python=None, keras=1e308, cpu_count="x", ram_gb=-1,
+                                 cpu_model="nan", gpus=[{"name": None, "memory_gb": None}])
+    with pytest.warns(UserWarning, match="field .environment.keras. is 1e\\+308, dropped"):
+        text = build_text(_lines_with(tmp_path, [{**record, "data_source": None}]))
+    [row] = table_rows(text, "vm · cpu")
+    assert row[1:5] == ["– (– cores, – GB)", "– (– GB)", "TensorFlow 2.21 (CPU-only build), "
+                        "Keras –", "Python –"]
+    assert row[-1] == "mnist: –"

@@ -105,13 +105,36 @@ def column_of(record: dict) -> str:
     return record.get("_column") or record["env"]
 
 
+# The last records list `_index` was asked about and its index: the report asks `baseline` and
+# `cpu_pairing` once per column and row of the same list, so each list is scanned once, not
+# once per question. The list is held (so its id cannot be reused) and its length compared.
+_LAST_INDEX: list = [None, -1, {}]
+
+
+def _index(records: list[dict]) -> dict:
+    """Each column's baseline (`baselines`) and the columns whose sweeps timed the CPU
+    (`timed_cpu`), from one pass over `records`."""
+    if _LAST_INDEX[0] is records and _LAST_INDEX[1] == len(records):
+        return _LAST_INDEX[2]
+    kind: dict[str, tuple] = {}  # column -> (machine, backend, is its backend's CPU env)
+    for r in records:
+        if (column := column_of(r)) not in kind:
+            kind[column] = (machine_of(r), backend_of(r), r["env"] == cpu_env(backend_of(r)))
+    cpu_columns: dict[tuple, list[str]] = defaultdict(list)  # (machine, backend) -> CPU envs
+    for column, (machine, backend, is_cpu) in sorted(kind.items()):
+        if is_cpu:
+            cpu_columns[(machine, backend)].append(column)
+    baselines = {column: next((c for c in cpu_columns.get((machine, backend), []) if c != column),
+                              None) for column, (machine, backend, _) in kind.items()}
+    index = {"baselines": baselines, "timed_cpu": {column_of(r) for r in sweep_records(records)
+                                                   if r["device"] == "cpu"}}
+    _LAST_INDEX[:] = [records, len(records), index]
+    return index
+
+
 def baseline(records: list[dict], column: str) -> str | None:
     """The column a column is compared with: the CPU env of the same machine and backend."""
-    mine = next(r for r in records if column_of(r) == column)
-    machine, backend = machine_of(mine), backend_of(mine)
-    return min((column_of(r) for r in records
-                if machine_of(r) == machine and backend_of(r) == backend
-                and r["env"] == cpu_env(backend) and column_of(r) != column), default=None)
+    return _index(records)["baselines"].get(column)
 
 
 def ok_records(records: list[dict], benchmark: str) -> list[dict]:
@@ -183,13 +206,11 @@ def cpu_pairing(records: list[dict], column: str) -> str | None:
     """The column whose CPU matmul timings pair with `column`'s GPU ones: the same column where it
     timed the CPU too (as the book did), else its machine's CPU env of the same backend
     (`baseline`) where that one timed the CPU; None where neither did."""
-    def timed_cpu(name: str | None) -> bool:
-        return any(column_of(r) == name and r["device"] == "cpu" for r in sweep_records(records))
-
-    if timed_cpu(column):
+    index = _index(records)
+    if column in index["timed_cpu"]:
         return column
-    other = baseline(records, column)
-    return other if timed_cpu(other) else None
+    other = index["baselines"].get(column)
+    return other if other in index["timed_cpu"] else None
 
 
 def speedup_series(records: list[dict]) -> list[dict]:

@@ -326,7 +326,7 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
         path = path / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
-    records, unreadable, last = [], 0, 0
+    records, unreadable, last, environment = [], 0, 0, None
     try:
         with path.open("rb") as handle:
             for number, line in _lines(handle):
@@ -344,7 +344,12 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                     if unreadable <= NAMED_UNREADABLE:
                         skipped(f"{path}:{number}: skipped: {str(exc)[:_REASON_CHARS]}", problems)
                     continue
-                records.append(record | {"_origin": f"{path}:{number}"} if origin else record)
+                if record["environment"] == environment:  # one run's records share one copy
+                    record["environment"] = environment
+                environment = record["environment"]
+                if origin:
+                    record["_origin"] = f"{path}:{number}"
+                records.append(record)
     except OSError as exc:
         raise ResultsPathError(
             f"cannot read results from {str(path)!r}: {read_problem(exc)}") from None

@@ -7,6 +7,8 @@ pyplot or the backend. matplotlib loads only when a chart is drawn.
 
 from __future__ import annotations
 
+from gpubench.records import column_of, columns
+
 
 def axes(ax, figsize: tuple[float, float]):
     """`ax`, else Axes on a new pyplot figure of `figsize`."""
@@ -56,3 +58,23 @@ def log_if_wide(ax, values: list[float], axis: str = "y"):
     if positive and max(positive) / min(positive) > DECADE:
         getattr(ax, f"set_{axis}scale")("log")
     return ax
+
+
+MAX_COLUMNS = 6  # columns (machine · env) one report chart draws; the tables hold every column
+
+
+def capped(records: list[dict]) -> tuple[list[dict], str]:
+    """The records of the first MAX_COLUMNS columns in the tables' order (`records.columns`), so
+    that a chart stays readable at any number of run dirs, and `capped_text` of what it leaves."""
+    names = columns(records)[:MAX_COLUMNS]
+    shown = set(names)
+    return [r for r in records if column_of(r) in shown], capped_text(names, len(columns(records)))
+
+
+def capped_text(drawn: list[str], of: int) -> str:
+    """A sentence saying that a chart draws only the columns `drawn` (the first, in the tables'
+    order) of `of` columns; "" where it draws them all."""
+    if len(drawn) >= of:
+        return ""
+    return (f"This chart draws the first {len(drawn)} of the {of} columns, in the tables' order "
+            f"({drawn[0]} to {drawn[-1]}), to stay readable; the tables hold all of them.")

@@ -155,6 +155,9 @@ def crossover_text(records: Sequence[dict]) -> str:
 
 
 
+MAX_CHART_ROWS = 40  # bars the report's chart draws (whole columns), so it stays under ~2000 px
+
+
 def plot(effects: list[dict], ax=None):
     """Speed of each variant against its device's baseline (factors.effects rows), with interval."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
@@ -166,7 +169,9 @@ def plot(effects: list[dict], ax=None):
             xerr=[[e["speedup"] - e["low"] for e in rows],
                   [e["high"] - e["speedup"] for e in rows]],
             color=["tab:blue" if e["clear"] else "lightgrey" for e in rows], capsize=2)
-    ax.set_yticks(list(y), [f"{e['device']}: {e['value']}" for e in rows], fontsize="small")
+    several = len({e.get("column") for e in rows}) > 1
+    labels = [f"{e['column']} · " * several + f"{e['device']}: {e['value']}" for e in rows]
+    ax.set_yticks(list(y), labels, fontsize="small")
     ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
@@ -187,13 +192,19 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
              "Each variant changes one factor of the book's setting on the same device, measured "
              "in interleaved rounds (round r of every variant, then round r+1), so that a machine "
              "that slows down for a while slows them all alike.", ""]
-    all_rows = []
+    all_rows, drawn, tabled = [], [], 0  # the chart: whole columns, the first MAX_CHART_ROWS rows
+    by_column: dict[str, list[dict]] = {}
+    for r in records:
+        by_column.setdefault(r["_column"], []).append(r)
     for column in columns(records):
-        mine = [r for r in records if r["_column"] == column]
+        mine = by_column[column]
         rows = factors.effects(mine)
         if not rows:
             continue
-        all_rows += rows
+        tabled += 1
+        if len(drawn) == tabled - 1 and (not drawn or len(all_rows) + len(rows) <= MAX_CHART_ROWS):
+            all_rows += [row | {"column": column} for row in rows]
+            drawn.append(column)
         size = factors.crossover_batch_size(mine)
         matmul = ok_records(mine, "matmul")
         text, note = _table_only(rows, matmul), peak_note(rows, matmul)
@@ -205,4 +216,5 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
         return lines
     ax = plot(all_rows, ax=charts.new_axes((8, 0.35 * len(all_rows) + 1.5)))
     charts_["speed_factors.png"] = ax.figure
-    return lines + ["![Speed factors](speed_factors.png)", ""]
+    cap = charts.capped_text(drawn, tabled)
+    return lines + ["![Speed factors](speed_factors.png)", "", *([f"_{cap}_", ""] if cap else [])]

@@ -37,8 +37,11 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
     """Records of each job's latest attempt in every run dir that the report can use, tagged with
     their column (`_column`); the others are skipped with a warning (also in `problems`)."""
     problems = [] if problems is None else problems
-    records = [record | {"_run_dir": str(run_dir)} for run_dir in run_dirs
-               for record in _read(run_dir, problems)]
+    records = []
+    for run_dir in run_dirs:  # each file read once, its records tagged in place
+        for record in (found := _read(run_dir, problems)):
+            record["_run_dir"] = str(run_dir)
+        records += found
     records = usable(latest_attempts(last_runs(records, problems)), problems)
     label_columns(records)
     return dedupe(records)
@@ -54,15 +57,23 @@ def last_runs(records: list[dict], problems: list[str]) -> list[dict]:
         runs.setdefault(job_of(r), {}).setdefault(r.get("run_id"), set()).add(identity(r))
     dropped = set()
     for (run_dir, env, notebook), by_run in runs.items():
-        ids = list(by_run)
-        for i, run_id in enumerate(ids):
-            later = set().union(*(by_run[other] for other in ids[i + 1:]))
+        ids, later, replaced = list(by_run), set(), False  # later: the next runs' identities
+        for run_id in reversed(ids):
             if by_run[run_id] & later:
+                replaced = True
                 dropped.add((run_dir, env, notebook, run_id))
-                results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
-                                f"{', '.join(map(str, ids))}; shown: run {ids[-1]}, whose records "
-                                "replace the others'", problems)
+            later |= by_run[run_id]
+        if replaced:  # one line per job, however many runs it holds
+            results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
+                            f"{_some(ids)}; shown: run {ids[-1]}, whose records replace the "
+                            "others'", problems)
     return [r for r in records if (*job_of(r), r.get("run_id")) not in dropped]
+
+
+def _some(ids: list, named: int = 3) -> str:
+    """The first `named` of `ids` and how many more ("a, b, c and 12 more")."""
+    more = f" and {len(ids) - named} more" if len(ids) > named else ""
+    return ", ".join(map(str, ids[:named])) + more
 
 
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:

@@ -405,7 +405,9 @@ INTRO = ("Three timings, each named for what it is: the **product time** (produc
 
 
 def _charts(matmul: list[dict], charts_: dict) -> list[str]:
-    """The time, GFLOP/s and speedup charts, each only where it has data (else one sentence)."""
+    """The time, GFLOP/s and speedup charts, each only where it has data (else one sentence), of
+    the first columns (`charts.capped`)."""
+    matmul, cap = charts.capped(matmul)
     fig = charts.new_figure()
     fig.set_size_inches(14, 5)
     left, right = fig.subplots(1, 2)
@@ -426,7 +428,7 @@ def _charts(matmul: list[dict], charts_: dict) -> list[str]:
     elif any(r["device"].startswith("gpu") for r in sweep_records(matmul)):
         lines += ["No speedup chart: no GPU timing pairs with a CPU timing of the same machine "
                   "and backend (see the pairing above).", ""]
-    return lines
+    return lines + ([f"_{cap}_", ""] if cap else [])
 
 
 def section(records: list[dict], charts_: dict | None) -> list[str]:
@@ -442,8 +444,11 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
         lines += ["### The GPU against the CPU", "", *crossings, ""]
     if aligned := alignment_lines(matmul):
         lines += ["### Alignment", "", *aligned, ""]
+    by_column: dict[str, list[dict]] = {}  # one pass, not one per column
+    for r in matmul:
+        by_column.setdefault(column_of(r), []).append(r)
     for column in columns(matmul):
-        col = [r for r in matmul if column_of(r) == column]
+        col = by_column[column]
         lines += [f"### {column}", ""]
         if _sweep(col):
             lines += [table(col), ""]

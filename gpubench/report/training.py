@@ -287,8 +287,9 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
                   *explained_table(TRAINING_HEADERS, rows(records))]
         lines += [line + "\n" for line in not_like_for_like(records)]
     if charts_ is not None and book_train(ok_records(records, "train")):
-        charts_["epoch_times.png"] = plot_epoch_bars(records, fig=charts.new_figure())
-        lines += ["![Epoch times](epoch_times.png)", ""]
+        shown, cap = charts.capped(book_train(ok_records(records, "train")))
+        charts_["epoch_times.png"] = plot_epoch_bars(shown, fig=charts.new_figure())
+        lines += ["![Epoch times](epoch_times.png)", "", *([f"_{cap}_", ""] if cap else [])]
     if flagged := unstable(records):
         lines += [f"Timings that varied a lot between epochs (IQR over median above "
                   f"{UNSTABLE_SPREAD:.0%}):", "", *flagged, ""]

@@ -1,0 +1,95 @@
+"""The report over many run dirs: each file read once, charts that stay readable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conftest import REPO
+from gpubench import report, results
+from gpubench.report import charts, inputs
+
+TEMPLATE = REPO / "reference" / "h200-jax" / "results.jsonl"
+DIRS = 12  # 24 columns, past every chart's cap
+MAX_PNG_HEIGHT = 2000  # pixels: a screen or two
+
+
+def _copies(tmp_path: Path, dirs: int) -> list[Path]:
+    """`dirs` run dirs, each the stored H200 run as machine host-k with run ids of its own."""
+    template = [json.loads(line) for line in TEMPLATE.read_text(encoding="utf-8").splitlines()]
+    found = []
+    for k in range(dirs):
+        path = tmp_path / f"run{k:02d}"
+        path.mkdir()
+        lines = [json.dumps(r | {"run_id": f"{r['run_id']}-{k}",
+                                 "environment": r["environment"] | {"hostname": f"host-{k}"}})
+                 for r in template]
+        (path / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        found.append(path)
+    return found
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path, list[Path]]:
+    """The report of DIRS run dirs: the dirs, report.md, and each results file it read."""
+    tmp = tmp_path_factory.mktemp("many")
+    dirs = _copies(tmp, DIRS)
+    read: list[Path] = []
+    real = results.read_records
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(results, "read_records",
+                   lambda path, *a, **k: read.append(Path(path)) or real(path, *a, **k))
+        built = report.build(dirs, tmp / "out")
+    return dirs, built, read
+
+
+def test_each_file_is_read_once(many):
+    dirs, _, read = many
+    assert sorted(read) == sorted(dirs)
+
+
+def test_charts_stay_readable(many):
+    _, built, _ = many
+    pngs = sorted(built.parent.glob("*.png"))
+    assert {p.name for p in pngs} >= {"matmul_time.png", "matmul_speedup.png",
+                                      "epoch_times.png", "speed_factors.png"}
+    for png in pngs:
+        width, height = Image.open(png).size
+        assert height <= MAX_PNG_HEIGHT and width <= MAX_PNG_HEIGHT, (png.name, width, height)
+
+
+def test_report_says_what_the_charts_leave_out(many):
+    _, built, _ = many
+    text = built.read_text(encoding="utf-8")
+    capped = f"first {charts.MAX_COLUMNS} of the {2 * DIRS} columns"
+    assert text.count(capped) == 2  # the matmul charts and the epoch chart
+    assert f"of the {DIRS} columns" in text  # speed factors: the jax-gpu columns only
+    for k in range(DIRS):  # the tables keep every machine
+        assert f"### host-{k} · jax-gpu" in text
+
+
+def test_capped_keeps_the_first_columns_in_the_tables_order():
+    records = [{"env": env, "_column": f"{host} · {env}", "environment": {"hostname": host}}
+               for host in ("b", "a", "c", "d") for env in ("cpu", "gpu")]
+    shown, text = charts.capped(records)
+    assert {r["_column"] for r in shown} == {"a · cpu", "a · gpu", "b · cpu", "b · gpu",
+                                             "c · cpu", "c · gpu"}
+    assert "first 6 of the 8 columns" in text and "(a · cpu to c · gpu)" in text
+    assert charts.capped(records[:6]) == (records[:6], "")
+
+
+def test_many_runs_in_one_file_make_one_line_per_job(tmp_path):
+    template = json.loads(TEMPLATE.read_text(encoding="utf-8").splitlines()[0])
+    path = tmp_path / "run"
+    path.mkdir()
+    lines = [json.dumps(template | {"run_id": f"r{k}"}) for k in range(5)]
+    (path / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    problems: list[str] = []
+    with pytest.warns(UserWarning, match="holds runs"):
+        records = inputs.load([path], problems)
+    assert [r["run_id"] for r in records] == ["r4"]
+    assert len(problems) == 1
+    assert "holds runs r0, r1, r2 and 2 more; shown: run r4" in problems[0]

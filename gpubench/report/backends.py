@@ -12,11 +12,10 @@ from gpubench.records import (
     backend_title,
     book_train,
     columns,
-    fmt_seconds,
     machine_of,
     ok_records,
 )
-from gpubench.report.format import explained_table, fmt
+from gpubench.report.format import explained_table, fmt, fmt_seconds
 from gpubench.report.training import mode, mode_differences, model_rank
 
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",
@@ -104,7 +103,7 @@ def rows(records: list[dict]) -> list[list]:
             if r is reference:
                 ratio, like = "1.00x (reference)", "–"
             else:
-                ratio = f"{rate / theirs:.2f}x" if rate and theirs else "–"
+                ratio = f"{fmt(rate / theirs, '.2f')}x" if rate and theirs else "–"
                 like = _like_for_like(r, reference)
             found.append([MODEL_TITLES.get(r["model"], r["model"]), machine_of(r), r["device"],
                          backend_title(backend_of(r)) + (f" {version}" if version else ""),

@@ -109,12 +109,12 @@ def _versus(base: dict | None, other: dict, no_cpu_env: bool = False) -> tuple[s
         return "–", "–"
     if base["epochs"] != other["epochs"] or base["train_samples"] != other["train_samples"]:
         return "n/a (different settings)", "–"
-    saved = 100.0 * (1 - other["total_seconds"] / base["total_seconds"])
-    return f"{saved:.0f}%", f"{base['total_seconds'] / other['total_seconds']:.2f}x"
+    saved = 1 - other["total_seconds"] / base["total_seconds"]
+    return fmt(saved, ".0%"), f"{fmt(base['total_seconds'] / other['total_seconds'], '.2f')}x"
 
 
 def _joules(value: float) -> str:
-    return f"{value:,.1f} J" if value < 10 else f"{value:,.0f} J"
+    return f"{fmt(value, ',.1f' if value < 10 else ',.0f')} J"
 
 
 def energy_text(record: dict) -> str:
@@ -186,7 +186,8 @@ def unstable(records: list[dict]) -> list[str]:
             how = ("steady epochs", "the table's steady epoch is their median: read differences "
                    "between rows smaller than this spread as noise, or rerun on a quieter machine")
         lines.append(f"- **unstable**: {r['_column']} {what} on {r['device']}: {how[0]} "
-                     f"{fmt_range(min(steady), max(steady))} (IQR {spread:.0%} of the median); "
+                     f"{fmt_range(min(steady), max(steady))} (IQR {fmt(spread, '.0%')} of the "
+                     "median); "
                      f"{how[1]}.")
     return lines
 

@@ -12,6 +12,7 @@ uses the GPU's energy; `cpu_images_per_joule` the CPU package's.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -29,8 +30,12 @@ _METHOD_WORDS = {"counter": "counter", "power_integral": "power x time"}
 
 
 def _number(value: float, digits: int = 0) -> str:
-    """1930.4 -> "1,930"; digits after the point as asked."""
-    return f"{value:,.{digits}f}"
+    """1930.4 -> "1,930"; digits after the point as asked; "n/a" for no finite number, and
+    never "-0" (the report's `fmt` rule, which this layer cannot import)."""
+    if not math.isfinite(value):
+        return NA
+    text = f"{value:,.{digits}f}" if abs(value) < 1e15 else f"{value:.3g}"
+    return text.removeprefix("-") if not text.strip("-0.,") else text
 
 
 def _joules(value: float) -> str:

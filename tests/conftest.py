@@ -26,10 +26,10 @@ READING_ORDER = (*params.NOTEBOOKS, "Compare_CPU_GPU")
 
 # `make test` runs the suite in two pytest-xdist workers, a test file each at a time (--dist
 # loadfile): the tests that share a session run (the nbval pass, the runner's quick run, the JAX
-# env) each live in one file, so no run is made twice. The files that take longest go first, so
-# the two workers end at about the same time; the rest keep their order.
-LONGEST_FIRST = ("test_runner.py", "test_jax_env.py", "test_notebooks.py", "test_scaling.py",
-                 "test_runner_crashes.py", "test_factors.py")
+# env, the torch env) each live in one file, so no run is made twice. The files that take
+# longest go first, so the two workers end at about the same time; the rest keep their order.
+LONGEST_FIRST = ("test_runner.py", "test_jax_env.py", "test_torch_env.py", "test_notebooks.py",
+                 "test_scaling.py", "test_runner_crashes.py", "test_factors.py")
 
 
 def pytest_collection_modifyitems(items) -> None:

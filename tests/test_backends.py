@@ -357,3 +357,46 @@ def test_torch_gpu_guard_names_a_hidden_gpu_and_an_old_driver(fake_command, monk
     text = str(info.value)
     assert "built for CUDA 13.0" in text and "too old (found version 12020)" in text
     assert "update the NVIDIA driver" in text
+
+
+def _gpu_train(env: str, backend: str, steady: float, *, jit: bool, tf32: bool) -> dict:
+    """A book MLP train record on gpu:0 of machine "h200", float32, with the backend's TF32."""
+    environment = {k: None for k in results.ENVIRONMENT_FIELDS}
+    environment.update(hostname="h200", gpus=[], cuda_build=True, cpu_model="Test CPU",
+                       cpu_count=16, ram_gb=128.0, keras="3.15", python="3.11", backend=backend,
+                       backend_version={"tensorflow": "2.21", "jax": "0.10.0",
+                                        "torch": "2.11.0"}[backend],
+                       tensorflow="2.21" if backend == "tensorflow" else None,
+                       backend_settings={"tf32": tf32})
+    return results.make_record(
+        "train", notebook="Mnist_MLP_h1000", env=env, device="gpu:0", model="mlp_h1000",
+        environment=environment, dataset="mnist", data_source="keras", epochs=15,
+        batch_size=100, train_samples=55000, total_seconds=steady * 16,
+        first_epoch_seconds=steady * 2, steady_epoch_seconds=steady,
+        epoch_seconds=[steady] * 15, samples_per_second=55000 / steady, test_accuracy=0.95,
+        jit_compile=jit, precision="float32", steps_per_execution=1, input_pipeline="arrays")
+
+
+def test_the_backends_section_puts_tensorflow_jax_and_pytorch_side_by_side(tmp_path):
+    from gpubench import report
+
+    store = results.ResultsStore(tmp_path / "results.jsonl")
+    for record in (_gpu_train("gpu", "tensorflow", 2.4, jit=False, tf32=True),
+                   _gpu_train("jax-gpu", "jax", 1.2, jit=True, tf32=True),
+                   _gpu_train("torch-gpu", "torch", 3.2, jit=True, tf32=False)):
+        store.append(record)
+    text = report.build([tmp_path]).read_text()
+    start = text.index("## Backends: TensorFlow vs JAX vs PyTorch")
+    section = text[start:text.find("\n## ", start + 1)]
+    header = report.BACKEND_HEADERS
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| MNIST MLP h1000 |")]
+    assert [(r[header.index("backend")], r[header.index("env")], r[header.index("steady epoch")],
+             r[header.index("images/s")], r[header.index("ratio")]) for r in rows] == [
+        ("TensorFlow 2.21", "gpu", "2.4 s", "22,917", "1.00x (reference)"),
+        ("JAX 0.10.0", "jax-gpu", "1.2 s", "45,833", "2.00x"),
+        ("PyTorch 2.11.0", "torch-gpu", "3.2 s", "17,188", "0.75x")]
+    jax, torch = (r[header.index("like for like?")] for r in rows[1:])
+    assert jax.startswith("**not like for like**: XLA on against XLA off") and "TF32" not in jax
+    assert torch.startswith("**not like for like**: XLA on, TF32 off against XLA off, TF32 on")
+    assert "torch.compile" in torch and "not by PyTorch's" in torch

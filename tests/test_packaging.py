@@ -13,7 +13,11 @@ import pytest
 
 from conftest import PYTHON, READING_ORDER, REPO
 
-ENV_EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu"}  # env -> extra
+ENV_EXTRAS = {"cpu": "cpu", "gpu": "gpu", "jax-cpu": "jax", "jax-gpu": "jax-gpu",  # env -> extra
+              "torch-cpu": "torch", "torch-gpu": "torch-gpu"}
+# The one pip option an env file may carry: PyTorch's CPU index, so that the torch-cpu env gets
+# the CPU build of torch and not PyPI's CUDA build.
+TORCH_CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
 YML_FILES = [f"environment-{env}.yml" for env in ENV_EXTRAS]
 REQUIRED_CONDA = {"python", "numpy", "matplotlib", "jupyterlab", "papermill", "nbval",
                   "ipykernel", "pytest"}
@@ -83,7 +87,8 @@ def test_python_version_agrees():
 def test_env_file_installs_the_project_with_its_extra(env, extra):
     name = f"environment-{env}.yml"
     _, pip_lines, uncommented = _conda_deps(name)
-    assert pip_lines == [f"-e .[{extra},test]"]
+    index = [TORCH_CPU_INDEX] if env == "torch-cpu" else []
+    assert pip_lines == [*index, f"-e .[{extra},test]"]
     assert not uncommented, f"dependencies without a comment saying why: {uncommented}"
     text = (REPO / name).read_text()
     assert f"name: gpubench-{env}" in text and "- conda-forge" in text
@@ -120,6 +125,20 @@ def test_base_and_jax_extras_pull_no_tensorflow_and_the_gpu_envs_stay_apart():
     for extra in ("jax", "jax-gpu"):
         assert not {r.name for r in _extra(extra)} & {"tensorflow", "tensorflow-cpu"}
     assert not {r.name for r in _extra("gpu")} & {"jax", "jaxlib"}
+
+
+def test_the_torch_extras_pull_no_tensorflow_and_the_cpu_one_is_pinned_exactly():
+    """`pip install '.[torch]'` is TensorFlow-free, pinned to the one release whose CPU build is
+    taken (a range would admit a newer CUDA build of several GB); the GPU extra runs the same
+    minor version; torch shares no extra (an env) with another backend's CUDA wheels."""
+    (torch,) = _extra("torch")
+    (torch_gpu,) = _extra("torch-gpu")
+    assert torch.name == torch_gpu.name == "torch" and not torch.extras
+    assert str(torch.specifier) == "==2.13.0" and str(torch_gpu.specifier) == "==2.13.*"
+    for extra in ("torch", "torch-gpu"):
+        assert not {r.name for r in _extra(extra)} & {"tensorflow", "tensorflow-cpu", "jax"}
+    for extra in ("cpu", "gpu", "jax", "jax-gpu"):
+        assert "torch" not in {r.name for r in _extra(extra)}
 
 
 def test_test_extra_has_the_linter_and_hypothesis():
@@ -227,6 +246,8 @@ def _make_n(*args: str) -> list[str]:
     (("BACKENDS=tensorflow,jax",), "tensorflow,jax", None),
     (("ENVS=cpu,jax-cpu",), "tensorflow,jax", "cpu,jax-cpu"),
     (("ENVS=jax-cpu", "BACKENDS=jax"), "jax", "jax-cpu"),
+    (("ENVS=cpu,torch-cpu",), "tensorflow,torch", "cpu,torch-cpu"),
+    (("ENVS=cpu,jax-cpu,torch-cpu",), "tensorflow,jax,torch", "cpu,jax-cpu,torch-cpu"),
 ])
 def test_make_run_sets_up_the_backends_its_envs_need(args, backends, envs):
     setup, run = _make_n("run", *args)
@@ -235,19 +256,22 @@ def test_make_run_sets_up_the_backends_its_envs_need(args, backends, envs):
     assert (f"--envs {envs}" in run) if envs else ("--envs" not in run)
 
 
-def test_make_test_sets_up_both_cpu_envs_then_lints_and_tests():
-    setup, lint, tf_line, jax_line = _make_n("test")
-    assert setup.endswith("-m gpubench setup --backends tensorflow,jax")
+def test_make_test_sets_up_the_three_cpu_envs_then_lints_and_tests():
+    setup, lint, tf_line, jax_line, torch_line = _make_n("test")
+    assert setup.endswith("-m gpubench setup --backends tensorflow,jax,torch")
     assert lint.endswith("-m ruff check .")
-    assert '-m pytest -m "not jax"' in tf_line and "slow" not in tf_line  # all but the JAX ones
+    # all but the JAX and the torch ones
+    assert '-m pytest -m "not jax and not torch"' in tf_line and "slow" not in tf_line
     assert "-n 2 --dist loadfile" in tf_line  # two workers, a test file each at a time
     assert jax_line.startswith("KERAS_BACKEND=jax ") and "-m pytest -m jax" in jax_line
     assert ".venv-jax" in jax_line or "gpubench-jax-cpu" in jax_line  # in the JAX env
+    assert torch_line.startswith("KERAS_BACKEND=torch ") and "-m pytest -m torch" in torch_line
+    assert ".venv-torch" in torch_line or "gpubench-torch-cpu" in torch_line  # in the torch env
 
 
 def test_make_check_lint_and_nbval():
     check = _make_n("check")[-1]
-    assert '-m pytest -m "not slow and not jax" -n 2' in check
+    assert '-m pytest -m "not slow and not jax and not torch" -n 2' in check
     assert _make_n("lint")[-1].endswith("-m ruff check .")
     nbval = _make_n("nbval")[-1]
     assert nbval.startswith("GPUBENCH_PROFILE=quick ") and "--nbval-lax" in nbval
@@ -272,7 +296,7 @@ def test_each_shared_run_is_read_from_one_test_file():
     import ast
 
     shared = {"nbval_run": "nbval", "quick_run": "quick", "quick_run_output": "quick",
-              "jax_env": "jax", "jax_run": "jax"}
+              "jax_env": "jax", "jax_run": "jax", "torch_env": "torch", "torch_run": "torch"}
     files: dict[str, set[str]] = {}
     for path in sorted((REPO / "tests").glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -281,7 +305,7 @@ def test_each_shared_run_is_read_from_one_test_file():
                     if arg.arg in shared:
                         files.setdefault(shared[arg.arg], set()).add(path.name)
     assert files == {"nbval": {"test_notebooks.py"}, "quick": {"test_runner.py"},
-                     "jax": {"test_jax_env.py"}}
+                     "jax": {"test_jax_env.py"}, "torch": {"test_torch_env.py"}}
 
 
 def _wheel_venv(base: Path) -> Path:

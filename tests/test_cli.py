@@ -769,7 +769,8 @@ def test_an_os_error_names_the_path_and_the_operation(capsys, monkeypatch, error
 
 @pytest.mark.parametrize("module,words", [
     ("tensorflow", "TensorFlow is not installed in"), ("keras", "Keras is not installed in"),
-    ("jax", "make setup BACKENDS=tensorflow,jax")])
+    ("jax", "make setup BACKENDS=tensorflow,jax"),
+    ("torch", "PyTorch is not installed in"), ("torch", "make setup BACKENDS=tensorflow,torch")])
 def test_a_missing_framework_says_which_env_to_use(capsys, monkeypatch, module, words):
     def fail(args):
         raise ModuleNotFoundError(f"No module named '{module}'", name=module)

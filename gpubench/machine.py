@@ -94,6 +94,12 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+# Where a hint below gpubench.envs names the command that makes an env: `gpubench envs`, which
+# exists wherever gpubench is installed and names it by envs.setup_command (the one rule: the
+# checkout's `make setup ...`, or outside a checkout pip's extra).
+ENVS_HINT = "the command that `gpubench envs` names"
+
+
 def checkout() -> Path | None:
     """The gpubench checkout this package runs from (pyproject.toml beside gpubench/), or None
     where it is installed from a wheel."""

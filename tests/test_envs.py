@@ -767,3 +767,17 @@ def test_report_outside_a_checkout_calls_nothing_this_checkout(jupyter_dir, tmp_
     assert "this checkout" not in report and "make " not in report, report
     assert f"gpubench installed in {machine.project_root()}" in report
     assert "cpu: not set up (no kernel gpubench-cpu); create it with `pip install " in report
+
+
+def test_missing_jupyter_client_names_the_set_up_command_where_the_user_is(monkeypatch):
+
+    monkeypatch.setitem(sys.modules, "jupyter_client.kernelspec", None)  # its import fails
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    with pytest.raises(envs.EnvError) as outside:
+        envs.kernel_specs()
+    monkeypatch.setattr(machine, "checkout", lambda: ROOT)
+    with pytest.raises(envs.EnvError) as inside:
+        envs.kernel_specs()
+    assert "pip install 'gpubench[cpu]'" in str(outside.value)
+    assert "`make" not in str(outside.value)
+    assert "`make setup`" in str(inside.value)

@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from conftest import REPO
-from gpubench import report, results
+from gpubench import machine, report, results
 
 
 def _env(host: str = "vm", backend: str = "tensorflow") -> dict:
@@ -921,3 +921,10 @@ def test_unknown_environment_details_show_the_missing_mark_not_none(tmp_path):
     assert row[1:5] == ["– (– cores, – GB)", "– (– GB)", "TensorFlow 2.21 (CPU-only build), "
                         "Keras –", "Python –"]
     assert row[-1] == "mnist: –"
+
+
+def test_the_no_gpu_note_names_a_command_that_exists_outside_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "checkout", lambda: None)  # gpubench installed from a wheel
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0)]))
+    [note] = [line for line in text.splitlines() if line.startswith("> No GPU env")]
+    assert "`gpubench envs`" in note and "`make" not in note

@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench.machine import ENVS_HINT
+
 NAME = "tensorflow"
 TITLE = "TensorFlow"
 # Keras's jit_compile for gpubench's `xla`; "off" by default: Keras's "auto" turns XLA on only
@@ -188,15 +190,14 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
                 "driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows).")
     if windows:
         return ("native Windows. TensorFlow dropped GPU support on native Windows after 2.10.",
-                "run gpubench inside WSL2 (install the NVIDIA driver on Windows, then "
-                "`make setup GPU=1` in WSL2).")
+                "run gpubench inside WSL2: install the NVIDIA driver on Windows, then, in WSL2, "
+                f"create the gpu env with {ENVS_HINT}.")
     if not is_cuda_build():
         return (f"the driver sees {smi[0].strip()}, but this TensorFlow {tf_version} is a CPU-only "
                 "build (tensorflow-cpu, or a platform without CUDA wheels); it can never see a "
                 "GPU.",
-                "use the GPU environment: `make setup GPU=1` (or `gpubench setup --gpu`), then "
-                "pick the kernel gpubench-gpu; in a plain venv: "
-                "`pip install 'tensorflow[and-cuda]==2.21.*'`.")
+                f"use the GPU environment: create the gpu env with {ENVS_HINT}, and run in it; "
+                "in a plain venv: `pip install 'tensorflow[and-cuda]==2.21.*'`.")
     if hidden is not None and hidden.strip() in ("", "-1"):
         return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from TensorFlow.",
                 "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")

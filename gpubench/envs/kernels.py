@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpubench.envs.names import KERNEL_PREFIX, EnvError
+from gpubench.envs.names import KERNEL_PREFIX, EnvError, setup_command
 from gpubench.machine import project_root
 
 
@@ -51,8 +51,8 @@ def kernel_specs() -> dict[str, dict]:
     except ImportError as exc:
         raise EnvError(
             f"jupyter_client is not installed in {sys.executable}; run this with the gpubench "
-            "env's python (`python3 -m gpubench envs --driver` prints it), or run `make setup` "
-            "first"
+            "env's python (`python3 -m gpubench envs --driver` prints it), or create that env "
+            f"first with {setup_command()}"
         ) from exc
     return {name.removeprefix(KERNEL_PREFIX): {**info["spec"], "kernel": name,
                                               "resource_dir": info["resource_dir"]}

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from gpubench import results, rundir
+from gpubench.machine import ENVS_HINT
 from gpubench.records import backend_of, backend_title, columns
 from gpubench.report import backends, factors, matmul, scaling, telemetry, training
 from gpubench.report.format import code, explained_table, first_line, fmt
@@ -159,9 +160,9 @@ def compose(run_dirs: list[str | os.PathLike], *, draw: bool = True) -> tuple[st
         lines += problems_section(records, [], problems)
         return "\n".join(lines), charts or {}
     if not any(r["device"].startswith("gpu") for r in records):
-        lines += ["> No GPU env in these runs, so this compares CPU columns only. To add the GPU "
-                  "env (Linux or WSL2 with an NVIDIA driver): `make setup GPU=1`, then `make run`.",
-                  ""]
+        lines += ["> No GPU env in these runs, so this compares CPU columns only. To add a GPU "
+                  f"env (Linux or WSL2 with an NVIDIA driver), create it with {ENVS_HINT}, then "
+                  "run again.", ""]
     if any(r.get("data_source") == "synthetic" for r in records):
         lines += ["> **Synthetic data** was used where the table says so: the timings are "
                   "real, the accuracies are not comparable with the book's.", ""]

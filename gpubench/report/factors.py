@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 
 from gpubench import backends, factors
+from gpubench.machine import ENVS_HINT
 from gpubench.records import columns, ok_records
 from gpubench.report import charts
 from gpubench.report.format import FACTOR_NOTES, column_note, fmt, md_table, table_headers
@@ -142,9 +143,9 @@ def crossover_text(records: Sequence[dict]) -> str:
     if not any(d != "cpu" for d in devices):
         backend = next((r.get("backend") for r in records if factors.is_factor_record(r)),
                        "tensorflow") or "tensorflow"
-        kernel = f"gpubench-{backends.LABEL_PREFIX.get(backend, '')}gpu"
+        env = f"{backends.LABEL_PREFIX.get(backend, '')}gpu"
         return ("No GPU in this environment: no CPU-GPU crossover batch size. Run this notebook "
-                f"in the {kernel} kernel to get it.")
+                f"in the {env} env to get it (create it with {ENVS_HINT}).")
     if "cpu" not in devices:
         return "The CPU was not measured here (devices), so there is no crossover to show."
     size = factors.crossover_batch_size(records)

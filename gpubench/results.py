@@ -313,20 +313,30 @@ def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
 
 def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                  origin: bool = False) -> list[dict]:
-    """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory).
+    """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory), as a
+    list: `iter_records`' records."""
+    return list(iter_records(path, problems, origin=origin))
+
+
+def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 origin: bool = False) -> Iterator[dict]:
+    """Records of a results.jsonl (or of RUN_DIR/results.jsonl when given a directory), one at a
+    time as the file is read, so that a reader keeps only those it needs.
 
     The file is streamed line by line as bytes: a line that is not UTF-8, not JSON or not a
     valid record is skipped. The first NAMED_UNREADABLE of them get a warning naming file and
     line (also added to `problems`), the rest one warning with their count, so junk cannot
     flood a report. A UTF-8 byte-order mark is accepted. With `origin`, each record gets
-    "_origin": "FILE:LINE".
+    "_origin": "FILE:LINE". Records in a row with equal environments share one (a run's
+    records are alike there). A missing file is FileNotFoundError, an unreadable one
+    ResultsPathError, raised where they are found.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
-    records, unreadable, last, environment = [], 0, 0, None
+    unreadable, last, environment = 0, 0, None
     try:
         with path.open("rb") as handle:
             for number, line in _lines(handle):
@@ -349,7 +359,7 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                 environment = record["environment"]
                 if origin:
                     record["_origin"] = f"{path}:{number}"
-                records.append(record)
+                yield record
     except OSError as exc:
         raise ResultsPathError(
             f"cannot read results from {str(path)!r}: {read_problem(exc)}") from None
@@ -357,7 +367,6 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
         more = unreadable - NAMED_UNREADABLE
         skipped(f"{path}: skipped {unreadable} unreadable lines in all: {more} more after the "
                 f"{NAMED_UNREADABLE} named, the last at line {last}", problems)
-    return records
 
 
 def read_problem(exc: OSError) -> str:

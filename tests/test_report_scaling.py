@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,9 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path, li
     tmp = tmp_path_factory.mktemp("many")
     dirs = _copies(tmp, DIRS)
     read: list[Path] = []
-    real = results.read_records
+    real = results.iter_records
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(results, "read_records",
+        mp.setattr(results, "iter_records",
                    lambda path, *a, **k: read.append(Path(path)) or real(path, *a, **k))
         built = report.build(dirs, tmp / "out")
     return dirs, built, read
@@ -93,3 +94,26 @@ def test_many_runs_in_one_file_make_one_line_per_job(tmp_path):
     assert [r["run_id"] for r in records] == ["r4"]
     assert len(problems) == 1
     assert "holds runs r0, r1, r2 and 2 more; shown: run r4" in problems[0]
+
+
+class _Record(dict):
+    """A record that a weak reference can watch."""
+
+
+def test_a_replaced_run_is_let_go_while_the_file_is_read():
+    template = json.loads(TEMPLATE.read_text(encoding="utf-8").splitlines()[0])
+    refs, alive = [], []
+
+    def stream():
+        for k in range(20):  # 20 runs of the same three measurements, each replacing the last
+            for size in (1, 2, 3):
+                record = _Record(template | {"run_id": f"r{k}", "size": size, "_run_dir": "run"})
+                refs.append(weakref.ref(record))
+                yield record
+                del record
+            alive.append(sum(ref() is not None for ref in refs))
+
+    with pytest.warns(UserWarning, match="holds runs r0, r1, r2 and 17 more"):
+        shown = inputs.last_runs(stream(), [])
+    assert [(r["run_id"], r["size"]) for r in shown] == [("r19", 1), ("r19", 2), ("r19", 3)]
+    assert max(alive) == 3  # only the last run's records were ever held

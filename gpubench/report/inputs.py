@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gpubench import results
@@ -22,52 +23,72 @@ class ReportWriteError(ValueError):
 
 
 def _read(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
-    """The records of one run dir: none where only run.json is there (nothing was recorded)."""
+    """The records of one run dir that can be shown (`last_runs`), tagged with it (`_run_dir`):
+    none where only run.json is there (nothing was recorded). The file is read once, in one
+    pass, and a record is let go as soon as a later one replaces it."""
     path = Path(run_dir)
     if not (path / "results.jsonl").exists() and (path / "run.json").is_file():
         return []
     try:
-        return results.read_records(path, problems, origin=True)
+        return last_runs(_tagged(results.iter_records(path, problems, origin=True), run_dir),
+                         problems)
     except results.ResultsPathError as exc:
         results.skipped(f"{exc}; its records are not shown", problems)
         return []
+
+
+def _tagged(records: Iterable[dict], run_dir: str | os.PathLike) -> Iterator[dict]:
+    """`records`, each tagged in place with the run dir it comes from (`_run_dir`)."""
+    for record in records:
+        record["_run_dir"] = str(run_dir)
+        yield record
 
 
 def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
     """Records of each job's latest attempt in every run dir that the report can use, tagged with
     their column (`_column`); the others are skipped with a warning (also in `problems`)."""
     problems = [] if problems is None else problems
-    records = []
-    for run_dir in run_dirs:  # each file read once, its records tagged in place
-        for record in (found := _read(run_dir, problems)):
-            record["_run_dir"] = str(run_dir)
-        records += found
-    records = usable(latest_attempts(last_runs(records, problems)), problems)
+    records = [record for run_dir in run_dirs for record in _read(run_dir, problems)]
+    records = usable(latest_attempts(records), problems)
     label_columns(records)
     return dedupe(records)
 
 
-def last_runs(records: list[dict], problems: list[str]) -> list[dict]:
+def last_runs(records: Iterable[dict], problems: list[str]) -> list[dict]:
     """Of a job (run dir, env, notebook) whose records come from several runs (run_id) in one
     file: a run that a later run repeats (any measurement of the same identity) is replaced by
     it, and named in `problems`; runs that measured different things (another size, another
-    dtype, as the H200 reference's 8192 run beside its sweep) are all kept."""
-    runs: dict[tuple, dict] = {}
-    for r in records:
-        runs.setdefault(job_of(r), {}).setdefault(r.get("run_id"), set()).add(identity(r))
-    dropped = set()
-    for (run_dir, env, notebook), by_run in runs.items():
-        ids, later, replaced = list(by_run), set(), False  # later: the next runs' identities
-        for run_id in reversed(ids):
-            if by_run[run_id] & later:
-                replaced = True
-                dropped.add((run_dir, env, notebook, run_id))
-            later |= by_run[run_id]
-        if replaced:  # one line per job, however many runs it holds
+    dtype, as the H200 reference's 8192 run beside its sweep) are all kept.
+
+    One pass as `records` stream in: a replaced run's records are let go as soon as a later run
+    repeats one of them, so memory grows with the records shown, not with the records read."""
+    kept: dict[int, dict] = {}  # the records that may be shown, by their place in `records`
+    jobs: dict[tuple, dict] = {}
+    for number, r in enumerate(records):
+        # runs: each run's kept places, in file order; rank: its place in that order; last: of
+        # each identity, the last run in file order that holds it (the others are replaced)
+        job = jobs.setdefault(job_of(r), {"runs": {}, "rank": {}, "last": {}, "dropped": set()})
+        run, rank = r.get("run_id"), job["rank"]
+        rank.setdefault(run, len(rank))
+        places = job["runs"].setdefault(run, [])
+        last = job["last"].setdefault(key := identity(r), run)
+        if last != run:
+            earlier, later = sorted((last, run), key=rank.__getitem__)
+            job["dropped"].add(earlier)
+            for place in job["runs"][earlier]:
+                kept.pop(place, None)
+            job["runs"][earlier].clear()
+            job["last"][key] = later
+        if run not in job["dropped"]:
+            kept[number] = r
+            places.append(number)
+    for (run_dir, env, notebook), job in jobs.items():
+        if job["dropped"]:  # one line per job, however many runs it holds
+            ids = list(job["rank"])
             results.skipped(f"{Path(run_dir) / 'results.jsonl'}: {env}/{notebook} holds runs "
                             f"{_some(ids)}; shown: run {ids[-1]}, whose records replace the "
                             "others'", problems)
-    return [r for r in records if (*job_of(r), r.get("run_id")) not in dropped]
+    return list(kept.values())
 
 
 def _some(ids: list, named: int = 3) -> str:

@@ -1,15 +1,18 @@
-"""gpubench on JAX against bare Keras-JAX and a bare jitted matmul, side by side in one process.
+"""gpubench on JAX or PyTorch against bare Keras and a bare matmul, side by side in one process.
 
 Part 1: `gpubench.training.train` against a bare `model.fit` of the same compiled model, whose
-epoch clock stops after `jax.block_until_ready` on the weights (the least a fair clock must
-wait for), alternating for several rounds. Prints the fastest and the median steady epoch of
-each and the ratio of the fastest (bare / gpubench); target >= 0.95.
-Part 2: `gpubench.matmul.performance_test(method="rigorous")` against a bare loop of a jitted
-`jnp.matmul` on the same operand size, each product blocked on, alternating. Prints the best
-GFLOP/s of each and the ratio (gpubench / bare); target >= 0.95.
+epoch clock stops after the backend's wait (JAX: `jax.block_until_ready` on the weights;
+torch: `torch.cuda.synchronize()` where CUDA started, nothing on the CPU), alternating for
+several rounds. Prints the fastest and the median steady epoch of each and the ratio of the
+fastest (bare / gpubench); target >= 0.95.
+Part 2: `gpubench.matmul.performance_test(method="rigorous")` against a bare loop of the
+backend's own matmul (a jitted `jnp.matmul`; torch's eager `torch.matmul`) on the same operand
+size, each product waited for, alternating. Prints the best GFLOP/s of each and the ratio
+(gpubench / bare); target >= 0.95.
 
     KERAS_BACKEND=jax python benchmarks/backend_overhead.py [--rounds 6] [--epochs 3]
         [--samples 12000] [--size 2000] [--repeats 20]
+    KERAS_BACKEND=torch python benchmarks/backend_overhead.py ...
 """
 
 from __future__ import annotations
@@ -51,6 +54,41 @@ def bare_matmul_gflops(size: int, repeats: int) -> float:
     return 2 * size**3 / best / 1e9
 
 
+def bare_torch_fit(model, split, epochs: int, batch_size: int) -> list[float]:
+    """model.fit with a clock that waits for the GPUs torch started (none on the CPU)."""
+    import torch
+
+    def wait(m) -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    clock = epoch_clock(wait)
+    model.fit(split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
+              validation_data=(split.x_val, split.y_val), callbacks=[clock], verbose=0)
+    return clock.times
+
+
+def bare_torch_matmul_gflops(size: int, repeats: int) -> float:
+    """Best GFLOP/s of `repeats` eager torch products of two size x size float32 matrices."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    w = torch.randn(size, size, generator=generator)
+    x = torch.randn(size, size, generator=generator)
+    torch.matmul(w, x)  # warm
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(w, x)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+# The bare fit and the bare matmul of each backend: the one backend branch of this script.
+BARE = {"jax": (bare_jax_fit, bare_matmul_gflops),
+        "torch": (bare_torch_fit, bare_torch_matmul_gflops)}
+
+
 def training(args) -> None:
     """Part 1: the book's MLP, gpubench against the bare fit."""
     data = gb.data.load("mnist", source="synthetic", max_train_samples=args.samples, verbose=False)
@@ -64,7 +102,7 @@ def training(args) -> None:
                                         device="cpu", env="benchmark", verbose=0)
                 times = run.record["epoch_seconds"]
             else:
-                times = bare_jax_fit(model, split, args.epochs, 100)
+                times = BARE[args.backend][0](model, split, args.epochs, 100)
             steady[who] += times[1:]
     g, b = min(steady["gpubench"]), min(steady["bare"])
     print(f"training mlp_h1000: fastest steady epoch gpubench {g:.3f} s, bare {b:.3f} s "
@@ -83,7 +121,7 @@ def matmul(args) -> None:
                                                     repeats=args.repeats)
                 found = 2 * args.size**3 / record["seconds_min"] / 1e9
             else:
-                found = bare_matmul_gflops(args.size, args.repeats)
+                found = BARE[args.backend][1](args.size, args.repeats)
             best[who] = max(best[who], found)
     print(f"matmul {args.size}: best gpubench {best['gpubench']:.1f} GFLOP/s, bare "
           f"{best['bare']:.1f} GFLOP/s; ratio gpubench/bare "
@@ -91,14 +129,17 @@ def matmul(args) -> None:
 
 
 def main() -> None:
-    """Both parts, on the backend KERAS_BACKEND names (JAX)."""
+    """Both parts, on the backend KERAS_BACKEND names (JAX or PyTorch)."""
     parser = round_options(__doc__, rounds=6, epochs=3)
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=20)
     args = parse_rounds(parser)
-    if gb.backends.requested() != "jax":
-        parser.error(f"run it on JAX: KERAS_BACKEND=jax (now {os.environ.get('KERAS_BACKEND')!r})")
-    print(f"{machine()}; {args.rounds} rounds x {args.epochs} epochs, {args.samples} images")
+    args.backend = gb.backends.requested()
+    if args.backend not in BARE:
+        parser.error(f"run it on JAX or PyTorch: KERAS_BACKEND=jax or KERAS_BACKEND=torch (now "
+                     f"{os.environ.get('KERAS_BACKEND')!r})")
+    print(f"{machine()}; {args.backend}; {args.rounds} rounds x {args.epochs} epochs, "
+          f"{args.samples} images")
     training(args)
     matmul(args)
 

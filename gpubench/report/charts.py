@@ -63,18 +63,20 @@ def log_if_wide(ax, values: list[float], axis: str = "y"):
 MAX_COLUMNS = 6  # columns (machine · env) one report chart draws; the tables hold every column
 
 
-def capped(records: list[dict]) -> tuple[list[dict], str]:
+def capped(records: list[dict], what: str = "This chart") -> tuple[list[dict], str]:
     """The records of the first MAX_COLUMNS columns in the tables' order (`records.columns`), so
     that a chart stays readable at any number of run dirs, and `capped_text` of what it leaves."""
-    names = columns(records)[:MAX_COLUMNS]
-    shown = set(names)
-    return [r for r in records if column_of(r) in shown], capped_text(names, len(columns(records)))
+    names = columns(records)
+    shown = set(names[:MAX_COLUMNS])
+    return ([r for r in records if column_of(r) in shown],
+            capped_text(names[:MAX_COLUMNS], len(names), what))
 
 
-def capped_text(drawn: list[str], of: int) -> str:
-    """A sentence saying that a chart draws only the columns `drawn` (the first, in the tables'
-    order) of `of` columns; "" where it draws them all."""
+def capped_text(drawn: list[str], of: int, what: str = "This chart") -> str:
+    """A sentence saying that `what` ("This chart", "These charts") draws only the columns
+    `drawn` (the first, in the tables' order) of `of` columns; "" where it draws them all."""
     if len(drawn) >= of:
         return ""
-    return (f"This chart draws the first {len(drawn)} of the {of} columns, in the tables' order "
+    verb = "draw" if what.startswith("These") else "draws"
+    return (f"{what} {verb} the first {len(drawn)} of the {of} columns, in the tables' order "
             f"({drawn[0]} to {drawn[-1]}), to stay readable; the tables hold all of them.")

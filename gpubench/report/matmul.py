@@ -407,7 +407,7 @@ INTRO = ("Three timings, each named for what it is: the **product time** (produc
 def _charts(matmul: list[dict], charts_: dict) -> list[str]:
     """The time, GFLOP/s and speedup charts, each only where it has data (else one sentence), of
     the first columns (`charts.capped`)."""
-    matmul, cap = charts.capped(matmul)
+    matmul, cap = charts.capped(matmul, "These charts")
     fig = charts.new_figure()
     fig.set_size_inches(14, 5)
     left, right = fig.subplots(1, 2)

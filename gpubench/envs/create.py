@@ -256,7 +256,7 @@ def _setup(gpu: bool, chosen: tuple[str, ...], root: Path, echo: Callable) -> in
         echo(f"gpubench setup: conda envs with {conda} (GPUBENCH_CONDA=none uses venvs instead)")
     else:
         echo("gpubench setup: no mamba, conda or micromamba on PATH; using venvs and pip")
-    echo(f"Backends: {', '.join(chosen)} (BACKENDS=tensorflow,jax adds JAX)")
+    echo(f"Backends: {', '.join(chosen)} (BACKENDS=tensorflow,jax,torch adds JAX and PyTorch)")
     if with_gpu:
         echo("GPU envs: yes (" + ("asked for" if gpu else "nvidia-smi lists a GPU") + ")")
     else:

@@ -171,7 +171,8 @@ def plot(effects: list[dict], ax=None):
                   [e["high"] - e["speedup"] for e in rows]],
             color=["tab:blue" if e["clear"] else "lightgrey" for e in rows], capsize=2)
     several = len({e.get("column") for e in rows}) > 1
-    labels = [f"{e['column']} · " * several + f"{e['device']}: {e['value']}" for e in rows]
+    labels = [(f"{e['column']} · " if several else "") + f"{e['device']}: {e['value']}"
+              for e in rows]
     ax.set_yticks(list(y), labels, fontsize="small")
     ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)

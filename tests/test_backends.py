@@ -400,3 +400,20 @@ def test_the_backends_section_puts_tensorflow_jax_and_pytorch_side_by_side(tmp_p
     assert jax.startswith("**not like for like**: XLA on against XLA off") and "TF32" not in jax
     assert torch.startswith("**not like for like**: XLA on, TF32 off against XLA off, TF32 on")
     assert "torch.compile" in torch and "not by PyTorch's" in torch
+
+
+def test_what_torch_cannot_run_is_left_out_with_a_note_or_refused_by_name():
+    from gpubench import params, scaling
+    from gpubench.factors import rules
+
+    values = {"xla": ["off", "on"], "steps_per_execution": [1, 10], "input_pipeline": ["arrays"]}
+    checked, notes = rules.for_backend(values, "torch", tf_data=False)
+    assert checked["xla"] == ["off", "on"]  # torch.compile is a factor on torch
+    assert checked["steps_per_execution"] == [1] and "one step per call" in notes[0]
+    assert rules.for_backend(values, "tensorflow", tf_data=True)[0] == values
+    with pytest.raises(ValueError, match=r"steps_per_execution=\[1, 10\]: .*use "
+                                         "steps_per_execution=1"):
+        params.check_for_backend("Speed_Factors", {"steps_per_execution": [1, 10]}, "torch", False)
+    assert params.check_for_backend("Speed_Factors", {"steps_per_execution": [1]}, "torch", False)
+    assert scaling.backend_refusal("jax") is None and scaling.backend_refusal("tensorflow") is None
+    assert "tensorflow or jax env" in scaling.backend_refusal("torch")

@@ -1,8 +1,7 @@
 """The backend seam: one home for what differs between Keras backends, and each backend's rules.
 
 Tests marked `jax` run in the TensorFlow-free JAX env, those marked `torch` in the PyTorch env
-(`make test` runs them there); the
-others run in the TensorFlow env.
+(`make test` runs them there); the others run in the TensorFlow env.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def check_cluster_backend() -> None:
     if name != CLUSTER_BACKEND:
         raise ValueError(
             f"KERAS_BACKEND={name!r}: gpubench scaling (--local-workers, --cluster) runs "
-            "TensorFlow's MultiWorkerMirroredStrategy and has no JAX mode; run it with "
+            f"TensorFlow's MultiWorkerMirroredStrategy and has no {name} mode; run it with "
             "KERAS_BACKEND=tensorflow, or run the chapter Multi_GPU_Scaling for JAX's "
             "DataParallel over one machine's devices")
 

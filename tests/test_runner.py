@@ -14,6 +14,7 @@ import pytest
 
 from conftest import QUICK_RUN_NOTEBOOKS, REPO, python_env
 from gpubench import params, results
+from gpubench.machine import ENVS_HINT
 from gpubench_cli import RUN, kernel_like, run_gpubench
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def test_quick_run_writes_the_whole_run_directory(quick_run):
         assert (quick_run / png).stat().st_size > 1000, png
     report = (quick_run / "report.md").read_text()
     assert "## Training: the book's table" in report and "## Matrix multiplication" in report
-    assert "make setup GPU=1" in report  # only the CPU env: says how to add the GPU env
+    assert ENVS_HINT in report  # only the CPU env: says how to add the GPU env
     assert "**(synthetic)**" in report
     assert re.search(r"^!\[[^]]+\]\(matmul_time\.png\)$", report, re.M)  # the chart, named
 

@@ -928,3 +928,14 @@ def test_the_no_gpu_note_names_a_command_that_exists_outside_a_checkout(tmp_path
     text = build_text(write_run(tmp_path, [train("cpu", 100.0)]))
     [note] = [line for line in text.splitlines() if line.startswith("> No GPU env")]
     assert "`gpubench envs`" in note and "`make" not in note
+
+
+def test_the_mode_names_compiling_as_each_backend_calls_it():
+    from gpubench.report import training as report_training
+
+    record = {"jit_compile": False, "precision": "float32", "batch_size": 100,
+              "steps_per_execution": 1, "input_pipeline": "arrays", "env": "torch-cpu",
+              "backend": "torch"}
+    assert report_training.mode(record)["jit_compile"] == "torch.compile off"
+    record.update(backend="jax", env="jax-cpu", jit_compile=True)
+    assert report_training.mode(record)["jit_compile"] == "XLA on"

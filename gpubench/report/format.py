@@ -84,8 +84,9 @@ def fmt_range(low: float, high: float, unit: str = "s") -> str:
 # What each column of the report's tables means, where its header does not say it; shown under
 # every table that has the column (`column_note`).
 COLUMN_NOTES = {
-    "mode": "XLA on or off, precision, batch size, steps per execution (steps per compiled "
-            "call), input pipeline (arrays: NumPy arrays given to `fit`)",
+    "mode": "XLA on or off (on PyTorch: torch.compile), precision, batch size, steps per "
+            "execution (steps per compiled call), input pipeline (arrays: NumPy arrays given "
+            "to `fit`)",
     "total time": "all epochs, as the book times them",
     "steady epoch": f"the median of {STEADY_EPOCHS}",
     "first epoch": "epoch 1, which includes tracing and compilation",

@@ -26,9 +26,16 @@ _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", 
          ("input_pipeline", "", str))
 
 
+# What compiling is called on each backend (jit_compile): XLA on TensorFlow and JAX.
+COMPILER = {"torch": "torch.compile "}
+
+
 def mode(record: dict) -> dict[str, str]:
-    """The mode a train record ran in, each field in words ("XLA off", "batch 100", ...)."""
-    return {name: label + ("?" if record.get(name) is None else show(record[name]))
+    """The mode a train record ran in, each field in words ("XLA off", "batch 100", ...;
+    "torch.compile off" on PyTorch)."""
+    labels = {"jit_compile": COMPILER.get(backend_of(record), "XLA ")}
+    return {name: labels.get(name, label)
+            + ("?" if record.get(name) is None else show(record[name]))
             for name, label, show in _MODE}
 
 

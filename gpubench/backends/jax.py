@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from gpubench.backends import GPUNotAvailableError, PlatformError
+from gpubench.machine import ENVS_HINT
 
 NAME = "jax"
 TITLE = "JAX"
@@ -219,12 +220,12 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
                 "driver until `nvidia-smi -L` lists it.")
     if windows:
         return ("native Windows: JAX has no CUDA wheels for it.",
-                "run gpubench inside WSL2 with `make setup BACKENDS=jax GPU=1`.")
+                f"run gpubench inside WSL2, creating the jax-gpu env with {ENVS_HINT}.")
     if not is_cuda_build():
         return (f"the driver sees {smi[0].strip()}, but this jaxlib {jax_version} is CPU-only "
                 "(no CUDA plugin installed).",
-                "`pip install \"jax[cuda12]\"` in this environment (or `make setup BACKENDS=jax "
-                "GPU=1` and the kernel gpubench-jax-gpu).")
+                "`pip install \"jax[cuda12]\"` in this environment (or create the jax-gpu env "
+                f"with {ENVS_HINT}, and its kernel gpubench-jax-gpu).")
     if hidden is not None and hidden.strip() in ("", "-1"):
         return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from JAX.",
                 "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")

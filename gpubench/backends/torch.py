@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench.machine import ENVS_HINT
+
 NAME = "torch"
 TITLE = "PyTorch"
 # Keras's jit_compile for gpubench's `xla`: "on" is torch.compile; "auto" is Keras's rule (eager).
@@ -153,7 +155,7 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
     if not is_cuda_build():
         return (f"the driver sees {smi[0].strip()}, but this PyTorch {torch().__version__} is a "
                 "CPU-only build (torch.version.cuda is None); it can never see a GPU.",
-                "use the torch GPU env: `make setup GPU=1 BACKENDS=torch` (kernel "
+                f"use the torch GPU env, created with {ENVS_HINT} (kernel "
                 "gpubench-torch-gpu); in a plain venv: `pip install 'torch==2.13.*'` from PyPI, "
                 "whose Linux wheel is the CUDA build.")
     if hidden is not None and hidden.strip() in ("", "-1"):

@@ -153,7 +153,8 @@ def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
         if not found:
             raise FileNotFoundError(
                 f"no run directory with results under {root}; "
-                "run `make run` (or `make quick`) first, or pass run_dirs=[...]")
+                "run `gpubench run` (in a checkout: `make run` or `make quick`) first, or pass "
+                "run_dirs=[...]")
         run_dirs = found[-1:]
     paths: dict[Path, Path] = {}  # each folder once, however it is written
     for path in map(Path, run_dirs):

@@ -125,7 +125,7 @@ def check_kernels_start(targets: dict[str, Target], path: Path) -> None:
         argv = KernelSpecManager().get_kernel_spec(target.kernel).argv
         python = argv[0] if argv else ""
         if not shutil.which(python):
-            fix = (f"re-create the env with {envs.SETUP_COMMANDS.get(env, '`make setup`')}"
+            fix = (f"re-create the env with {envs.setup_command(env)}"
                    if target.how == "env" else "register that kernel again with a Python that "
                    "exists (`jupyter kernelspec list` shows where it is)")
             raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} cannot start: its "

@@ -61,8 +61,6 @@ def _like_for_like(record: dict, reference: dict) -> str:
     if "jit_compile" in differ and "jax" in pair:
         text += (" (JAX always compiles with XLA; run TensorFlow with `-p xla=on` for the "
                  "like-for-like pair)")
-    if "jit_compile" in differ and "torch" in pair:
-        text += " (on PyTorch, XLA on means torch.compile)"
     if tf32_differs:
         text += (" (float32 matmuls may use TF32 by JAX's default, not by PyTorch's; "
                  "TensorFlow's is recorded)")

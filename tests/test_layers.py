@@ -24,7 +24,7 @@ LAYERS = {
     # Everything that differs by backend; the only modules that load TensorFlow, JAX or PyTorch.
     "seam": ["gpubench.backends", "gpubench.backends.tensorflow", "gpubench.backends.jax",
              "gpubench.backends.torch", "gpubench.backends.tensorflow_feeds",
-             "gpubench.backends.jax_feeds", "gpubench.backends.torch_feeds",
+             "gpubench.backends.jax_feeds", "gpubench.backends.torch_feeds", "gpubench.backends.tf_data",
              "gpubench.backends.tensorflow_parallel", "gpubench.backends.jax_parallel"],
     # Clocks, telemetry (and the one-line summary in words that training prints), datasets,
     # the book's models, device names and placement.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpubench.backends import tf_data
 from gpubench.backends.tensorflow import scope, tf
 
 
@@ -20,9 +21,7 @@ def tf_data_available() -> bool:
 
 def make_dataset(x, y, batch_size: int):
     """A tf.data.Dataset of (x, y) batches, reshuffled every epoch and prefetched."""
-    module = tf()
-    return (module.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x))
-            .batch(batch_size).prefetch(module.data.AUTOTUNE))
+    return tf_data.dataset(tf(), x, y, batch_size)
 
 
 def on_device_feed(model, x, y, batch_size: int, steps_per_execution: int, jit_compile: bool,

@@ -14,41 +14,14 @@ imported (its CPU side only: TensorFlow is kept off the GPUs, which belong to to
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib.util
 from collections.abc import Callable
 
+from gpubench.backends import tf_data
 from gpubench.backends.torch import keras_device, scope, torch
 
-NO_TF_DATA = ("input pipeline 'tf.data' needs TensorFlow, which cannot be imported in this "
-              "PyTorch env; drop it (e.g. input_pipelines=arrays,on_device) or "
-              "`pip install tensorflow-cpu` into this env")
-
-
-def tf_data_available() -> bool:
-    """Whether the tf.data feed can run here: TensorFlow importable beside torch."""
-    return importlib.util.find_spec("tensorflow") is not None
-
-
-@functools.cache
-def _tensorflow():
-    """TensorFlow for tf.data only, kept off the GPUs; ValueError naming the fix if absent."""
-    if not tf_data_available():
-        raise ValueError(NO_TF_DATA)
-    from gpubench.backends.tensorflow import tf  # noqa: PLC0415 - only for tf.data
-
-    module = tf()
-    with contextlib.suppress(RuntimeError, ValueError):  # already initialised: as it was
-        module.config.set_visible_devices([], "GPU")
-    return module
-
-
-def make_dataset(x, y, batch_size: int):
-    """A tf.data.Dataset of (x, y) batches, reshuffled every epoch and prefetched (for `fit`)."""
-    module = _tensorflow()
-    return (module.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x))
-            .batch(batch_size).prefetch(module.data.AUTOTUNE))
+# tf.data beside this backend: TensorFlow's CPU side, where it imports (backends/tf_data.py).
+tf_data_available = tf_data.available
+make_dataset = tf_data.dataset_beside
 
 
 def on_device_feed(model, x, y, batch_size: int, steps_per_execution: int, jit_compile: bool,

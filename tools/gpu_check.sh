@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check on a machine with no network (docs/backends.md, "A machine with no network"):
-# carried wheels, carried data, `gpubench run --here` on JAX, the book's table complete on both
-# sides in one call of at most BUDGET seconds (default 530: a 9-minute device call):
-#   1. jax-gpu: performanceTest on the GPU (float32, bfloat16, float16; the aligned sizes
+# carried wheels, carried data, `gpubench run --here` on one Keras backend (BACKEND=jax, the
+# default, or torch on the machine's own PyTorch), the book's table complete on both sides in
+# one call of at most BUDGET seconds (default 530: a 9-minute device call):
+#   1. the GPU env (jax-gpu, torch-gpu): performanceTest on the GPU (float32, bfloat16, float16; the aligned sizes
 #      beside the 16-bit ones) and on the CPU of the same env (float32), then the three book
 #      models, 15 epochs each (full profile);
-#   2. jax-cpu (JAX_PLATFORMS=cpu): the three book models, 15 epochs each, with what is left
+#   2. the CPU env (jax-cpu with JAX_PLATFORMS=cpu; torch-cpu with the GPUs hidden from
+#      PyTorch by CUDA_VISIBLE_DEVICES=""): the three book models, 15 epochs each, with what is left
 #      of the budget: the CPU half of the book's table;
 #   3. one report of both. Writes OUT/gpu-check.tar.gz (the run dirs) and OUT/report.md.
 #   WHEELS=.whl DATA=.gpudata OUT=runs/gpu-check bash tools/gpu_check.sh
+#   BACKEND=torch WHEELS=.whl DATA=.gpudata OUT=runs/gpu-check-torch bash tools/gpu_check.sh
 # Rehearse it on a machine without a GPU (no nvidia-smi, no GPU sweep, quick profile):
-#   REHEARSE=1 KERAS_BACKEND=jax PATH=.venv-jax/bin:$PATH bash tools/gpu_check.sh
+#   REHEARSE=1 DATA=/usr/share/datasets/fashion-mnist PATH=.venv-jax/bin:$PATH bash tools/gpu_check.sh
+#   REHEARSE=1 BACKEND=torch DATA=... PATH=.venv-torch/bin:$PATH bash tools/gpu_check.sh
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 DATA=$(cd "${DATA:-.gpudata}" && pwd) || { echo "no data folder: set DATA" >&2; exit 1; }
@@ -24,7 +28,13 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     --target "$SITE" "$WHEELS"/*.whl || exit 1
   export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+BACKEND=${BACKEND:-jax}
+case "$BACKEND" in
+  jax) CPU_ONLY=(env JAX_PLATFORMS=cpu) ;;
+  torch) CPU_ONLY=(env CUDA_VISIBLE_DEVICES=) ;;
+  *) echo "BACKEND=$BACKEND: use jax or torch (the lent machine has no TensorFlow)" >&2; exit 2 ;;
+esac
+export KERAS_BACKEND=$BACKEND PYTHONUNBUFFERED=1
 RUNS="${RUNS:-$OUT/runs}"
 mkdir -p "$RUNS"
 START=$SECONDS
@@ -63,8 +73,8 @@ timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" --notebook
   "${DATA_ARGS[@]}" --out "$RUNS/gpu-models"
 echo "GPU env, the three models: exit $? at $((SECONDS - START)) s"
 
-# 2. The CPU env: the same three models with JAX on the CPU only, in what is left.
-JAX_PLATFORMS=cpu timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" \
+# 2. The CPU env: the same three models with the backend on the CPU only, in what is left.
+"${CPU_ONLY[@]}" timeout "$(left)" python3 -m gpubench run --here --profile "$PROFILE" \
   --notebooks "$MODELS" "${DATA_ARGS[@]}" --out "$RUNS/cpu-models"
 echo "CPU env, the three models: exit $? at $((SECONDS - START)) s"
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from gpubench import envs
+
 REPO = Path(__file__).resolve().parents[1]
 WHEELS = REPO / ".wheels"
 STAMP = WHEELS / ".gpubench-wheels"
@@ -120,6 +122,21 @@ def build_jax_env(base: Path) -> JaxEnv:
 # convolutions JAX runs several times slower than TensorFlow on a CPU. The test asks that every
 # chapter runs and records on JAX, not how long it trains.
 JAX_RUN_PARAMS = ("Mnist_CNN:max_train_samples=2000", "Keras_Cifar_CNN:max_train_samples=1000")
+
+
+def report_in(env: JaxEnv, run_dir: Path, out: Path) -> str:
+    """Compare_CPU_GPU run by papermill in `env`'s own Python over `run_dir`: its report.md,
+    after checking that it exited 0 and stored no error output."""
+
+    notebook = envs.notebooks_dir() / "Compare_CPU_GPU.ipynb"
+    executed = out / "Compare_CPU_GPU.ipynb"
+    done = env.run("-m", "papermill", str(notebook), str(executed), "-k", "python3",
+                   "-p", "run_dirs", str(run_dir), "-p", "out", str(out), cwd=out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    shown = json.loads(executed.read_text())
+    outputs = [o for c in shown["cells"] for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    return (out / "report.md").read_text()
 
 
 def run_here(jax: JaxEnv, run_dir: Path, timeout: float = 1800) -> JaxRun:

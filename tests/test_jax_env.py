@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpubench import envs
-from jax_env import jax_env, jax_run  # noqa: F401 - session fixtures used by name
+from jax_env import jax_env, jax_run, report_in  # noqa: F401 - session fixtures used by name
 
 pytestmark = pytest.mark.slow
 
@@ -53,14 +53,5 @@ def test_every_notebook_runs_here_on_jax(jax_run):  # noqa: F811
 
 def test_compare_cpu_gpu_reports_that_run_on_jax(jax_env, jax_run, tmp_path):  # noqa: F811
     """The report chapter, in the same TensorFlow-free env, over the run's records."""
-    notebook = envs.notebooks_dir() / "Compare_CPU_GPU.ipynb"
-    out = tmp_path / "Compare_CPU_GPU.ipynb"
-    done = jax_env.run("-m", "papermill", str(notebook), str(out), "-k", "python3",
-                       "-p", "run_dirs", str(jax_run.run_dir), "-p", "out", str(tmp_path),
-                       cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    text = (tmp_path / "report.md").read_text()
+    text = report_in(jax_env, jax_run.run_dir, tmp_path)  # exit 0, no error output
     assert "jax-cpu" in text and "JAX 0.10" in text  # the env table names the backend
-    shown = json.loads(out.read_text())
-    outputs = [o for c in shown["cells"] for o in c.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gpubench import envs
+from jax_env import report_in
 from torch_env import torch_env, torch_run  # noqa: F401 - session fixtures used by name
 
 pytestmark = pytest.mark.slow
@@ -84,14 +85,5 @@ def test_what_torch_cannot_run_exits_2_before_any_kernel(torch_env, tmp_path, ar
 
 def test_compare_cpu_gpu_reports_that_run_on_torch(torch_env, torch_run, tmp_path):  # noqa: F811
     """The report chapter, in the same TensorFlow-free env, over the run's records."""
-    notebook = envs.notebooks_dir() / "Compare_CPU_GPU.ipynb"
-    out = tmp_path / "Compare_CPU_GPU.ipynb"
-    done = torch_env.run("-m", "papermill", str(notebook), str(out), "-k", "python3",
-                         "-p", "run_dirs", str(torch_run.run_dir), "-p", "out", str(tmp_path),
-                         cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    text = (tmp_path / "report.md").read_text()
+    text = report_in(torch_env, torch_run.run_dir, tmp_path)  # exit 0, no error output
     assert "torch-cpu" in text and "PyTorch 2.13" in text  # the env table names the backend
-    shown = json.loads(out.read_text())
-    outputs = [o for c in shown["cells"] for o in c.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]

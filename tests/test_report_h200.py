@@ -209,3 +209,14 @@ def test_the_books_set_up_is_stated_where_a_second_call_was_timed(tmp_path):
     text = report.compose([_write(tmp_path, records)], draw=False)[0]
     assert "| 500 | 10 µs | 25,000 | 100 µs | 90 µs | 1.2 s | 1 s |" in text
     assert "Of the book's 1.2 s at 500, 1 s is set-up" in report.matmul.book_vs_rigorous(records)
+
+
+def test_a_difference_within_the_noise_reads_none_never_a_negative_time(tmp_path):
+    # the second book-way call took longer than the first, and one call came out faster than a
+    # product streamed: both differences are noise, not a negative set-up or overhead
+    records = [_matmul("cpu", "cpu", 500, method="book", backend="tensorflow", seconds=0.02,
+                       warm_seconds=0.03),
+               _rigorous("cpu", "cpu", 500, 0.005, 0.004, backend="tensorflow")]
+    text = report.compose([_write(tmp_path, records)], draw=False)[0]
+    assert "| 500 | 5 ms | 50 | 4 ms | none | 20 ms | none |" in text
+    assert "-1" not in text.split("**cpu at float32**")[1].split("Columns:")[0]

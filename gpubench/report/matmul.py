@@ -47,10 +47,12 @@ MATMUL_NOTES = {
     "call latency": "one product from the call to its result on the host, the median of the "
                     "calls: what a program that multiplies once pays",
     "launch and sync per call": "call latency minus product time: the cost of launching one "
-                                "product and waiting for it",
+                                "product and waiting for it; \"none\": no more than the noise "
+                                "between the two (zero or below)",
     "book's single timing": "one timing as the book took it: creating the matrices and the "
                             "first call's set-up included (on JAX, compiling each new shape)",
-    "of which set-up": "the book's timing minus a second book-way call of the same shape",
+    "of which set-up": "the book's timing minus a second book-way call of the same shape; "
+                       "\"none\": the second call took as long or longer",
 }
 NO_PRODUCT_NOTE = ("> These records hold no product time: gpubench before record schema 4 timed "
                    "one product per sync, which is the call latency. Their rigorous timings are "
@@ -171,7 +173,7 @@ def _row(r: dict) -> dict[str, str]:
     if r["method"] == "book":
         setup = (r["seconds"] - r["warm_seconds"]) if r.get("warm_seconds") is not None else None
         return {"book's single timing": fmt_time(r["seconds"]),
-                "of which set-up": fmt_time(setup) if setup and setup > 0 else "–"}
+                "of which set-up": _difference(setup, fmt_time)}
     product, call = r.get("seconds"), r.get("call_seconds")
     share = "–"
     if r.get("spec_peak_gflops") and r.get("gflops") is not None and product is not None:
@@ -182,7 +184,16 @@ def _row(r: dict) -> dict[str, str]:
     return {"product time": fmt_time(product),
             "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
             "% of datasheet peak": share, "call latency": fmt_time(call),
-            "launch and sync per call": "–" if overhead is None else f"{fmt(overhead, ',.0f')} µs"}
+            "launch and sync per call": _difference(overhead,
+                                                    lambda us: f"{fmt(us, ',.0f')} µs")}
+
+
+def _difference(value: float | None, show) -> str:
+    """A difference of two timings in a cell: `show(value)` where it is positive, "none" where
+    noise made it zero or negative, "–" where one side was not measured."""
+    if value is None:
+        return "–"
+    return show(value) if value > 0 else "none"
 
 
 def table(records: list[dict]) -> str:

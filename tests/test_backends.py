@@ -22,6 +22,17 @@ H200 = "echo 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'"
 FRAMEWORKS = ("tensorflow", "jax", "jaxlib", "torch")
 
 
+def _modules_a_matmul_loads(backend: str, *names: str) -> str:
+    """Whether each of `names` is in sys.modules after a 64 x 64 performance_test on `backend`,
+    run in a fresh Python: "False False", ..."""
+    flags = ", ".join(f"{name!r} in sys.modules" for name in names)
+    code = f"import gpubench as gb, sys; gb.matmul.performance_test('cpu', 64); print({flags})"
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env=python_env(KERAS_BACKEND=backend))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
 def _framework_imports(path: Path) -> list[str]:
     """`import X` / `from X import` of a framework anywhere in `path`, inside functions too."""
     found = []
@@ -79,11 +90,7 @@ def test_jax_env_has_no_tensorflow_and_records_say_so():
     assert snapshot["tensorflow"] is None and snapshot["jax"] == backends.current().version()
     assert snapshot["backend_settings"]["gpu_memory_preallocate"] is False
     assert results.default_env_name() in ("jax-cpu", "jax-gpu")
-    code = ("import gpubench as gb, sys; gb.matmul.performance_test('cpu', 64);"
-            "print('tensorflow' in sys.modules)")
-    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         timeout=300, env=python_env(KERAS_BACKEND="jax"))
-    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+    assert _modules_a_matmul_loads("jax", "tensorflow") == "False"
 
 
 @pytest.mark.jax
@@ -248,11 +255,7 @@ def test_torch_env_has_no_tensorflow_and_records_say_so():
     assert snapshot["cuda_build"] is (backend.torch().version.cuda is not None)
     assert snapshot["backend_settings"]["tf32"] is False  # torch's default: "highest"
     assert results.default_env_name() in ("torch-cpu", "torch-gpu")
-    code = ("import gpubench as gb, sys; gb.matmul.performance_test('cpu', 64);"
-            "print('tensorflow' in sys.modules, 'jax' in sys.modules)")
-    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         timeout=300, env=python_env(KERAS_BACKEND="torch"))
-    assert out.returncode == 0 and out.stdout.strip() == "False False", out.stderr[-2000:]
+    assert _modules_a_matmul_loads("torch", "tensorflow", "jax") == "False False"
 
 
 @pytest.mark.torch

@@ -160,29 +160,37 @@ def test_resume_after_a_cut_off_line(tmp_path):
     assert (run_dir / "report.md").exists()
 
 
+def _sweep_in_a_kernel_with(sitecustomize: str, name: str, tmp_path: Path, monkeypatch,
+                            cpu_kernel) -> tuple[subprocess.CompletedProcess, dict]:
+    """A one-size performanceTest in a copy of the cpu kernel (env label `name`) whose Python
+    first runs `sitecustomize`; the gpubench process and the job of its run.json."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(sitecustomize)
+    kernel_like(cpu_kernel, f"gpubench-{name}", tmp_path, monkeypatch,
+                env={"PYTHONPATH": str(site)})
+    out = tmp_path / "r"
+    proc = run_gpubench(["--profile", "quick", "--envs", name, "--notebooks",
+                         "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
+                         "--out", str(out)], timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((out / "run.json").read_text())["jobs"][0]
+
+
 def test_a_full_disk_in_the_kernel_fails_the_job_naming_the_path(tmp_path, monkeypatch, cpu_kernel):
     """The kernel's writes to results.jsonl fail with ENOSPC (patched in the kernel's Python by
     a sitecustomize): the job fails, saying the disk is full and where."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
+    _, job = _sweep_in_a_kernel_with(
         "import errno, os\n_write = os.write\n"
         "def write(fd, data):\n"
         "    try:\n        target = os.readlink(f'/proc/self/fd/{fd}')\n"
         "    except OSError:\n        target = ''\n"
         "    if target.endswith('results.jsonl'):\n"
         "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
-        "    return _write(fd, data)\nos.write = write\n")
-    kernel_like(cpu_kernel, "gpubench-cpu-diskfull", tmp_path, monkeypatch,
-                env={"PYTHONPATH": str(site)})
-    out = tmp_path / "r"
-    proc = run_gpubench(["--profile", "quick", "--envs", "cpu-diskfull", "--notebooks",
-                         "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
-                         "--out", str(out)], timeout=600)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    job = json.loads((out / "run.json").read_text())["jobs"][0]
+        "    return _write(fd, data)\nos.write = write\n",
+        "cpu-diskfull", tmp_path, monkeypatch, cpu_kernel)
     assert job["status"] == "failed" and "disk is full" in job["error"]
-    assert str((out / "results.jsonl").resolve()) in job["error"]
+    assert str((tmp_path / "r" / "results.jsonl").resolve()) in job["error"]
 
 
 def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
@@ -190,23 +198,14 @@ def test_a_kernel_killed_by_a_fatal_c_level_message_names_it_in_the_jobs_error(
     """Mid-notebook, as its first record is written, the kernel writes a fatal line to its file
     descriptor 2 and aborts (as TensorFlow does on a bad XLA_FLAGS): the line is in the job's
     error and in the log."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
+    proc, job = _sweep_in_a_kernel_with(
         "import os, sys\n"
         "def _abort(event, args):\n"
         "    if event == 'open' and str(args[0]).endswith('results.jsonl'):\n"
         "        os.write(2, b'F0000 fatal.cc:1] the C library gave up\\n')\n"
         "        os.abort()\n"
-        "sys.addaudithook(_abort)\n")
-    kernel_like(cpu_kernel, "gpubench-cpu-abort", tmp_path, monkeypatch,
-                env={"PYTHONPATH": str(site)})
-    out = tmp_path / "r"
-    proc = run_gpubench(["--profile", "quick", "--envs", "cpu-abort", "--notebooks",
-                         "performanceTest", "-p", "sizes=[64]", "-p", "repeats=1",
-                         "--out", str(out)], timeout=600)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    job = json.loads((out / "run.json").read_text())["jobs"][0]
+        "sys.addaudithook(_abort)\n",
+        "cpu-abort", tmp_path, monkeypatch, cpu_kernel)
     assert job["status"] == "failed" and job["error"].startswith("DeadKernelError"), job
     assert "its stderr ended: F0000 fatal.cc:1] the C library gave up" in job["error"]
     assert "the C library gave up" in proc.stdout + proc.stderr

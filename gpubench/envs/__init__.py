@@ -50,12 +50,3 @@ from gpubench.envs.names import (
 from gpubench.envs.probing import probe, probe_python
 from gpubench.envs.pythons import conda_envs, driver_python, find_conda
 from gpubench.rundir import locked  # tests hold the run lock through envs.locked
-
-__all__ = [
-    "CONDA_PYTHON", "CONDA_TOOLS", "DEFAULT_BACKENDS", "ENVS", "EXTRAS", "KERNEL_PREFIX",
-    "SETUP_COMMANDS", "STANDARD_ENVS", "VENV_DIRS", "VENV_PYTHONS", "EnvError", "backend_of",
-    "checkout_kernels_dir", "conda_envs", "display_name", "driver_python", "env_name",
-    "envs_report", "find_conda", "foreign_kernel", "gpu_requested", "is_gpu_env", "kernel_name",
-    "kernel_specs", "locked", "no_gpu_hint", "notebooks_dir", "parse_backends", "probe",
-    "probe_python", "setup", "setup_command", "use_checkout_kernels", "user_jupyter_dir",
-]

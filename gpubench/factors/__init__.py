@@ -51,12 +51,3 @@ from gpubench.factors.stats import (
     steady_rates,
     verdict,
 )
-
-__all__ = [
-    "ALWAYS_COMPILED", "BASELINE", "COMPUTE_DTYPE", "FACTORS", "FACTOR_NAMES", "LIST_PARAMS",
-    "MODELS", "NO_TF_DATA", "TF_DATA_FIX", "XLA_NOTE", "Variant", "best_settings",
-    "chapter_values", "compare", "crossover_batch_size", "devices_to_measure", "effects",
-    "factor_values", "for_backend", "for_this_backend", "is_factor_record", "label",
-    "matmul_peaks", "measure_device", "needs_busy_region", "percent_of_matmul_peak",
-    "round_rates", "run", "steady_rates", "variants", "verdict",
-]

@@ -60,15 +60,3 @@ from gpubench.runner.targets import (
     here_target,
     kernel_target,
 )
-
-__all__ = [
-    "HERE_KERNEL", "HERE_NEEDS", "JOB_STATUSES", "KERNEL_NOISE", "LOCK", "MANIFEST",
-    "MANIFEST_SCHEMA", "NEW_RUN", "PLAIN_RICH_TEXT", "PROVISIONER", "RUNNER_PARAMS", "Job",
-    "Target", "UsageError", "_CellOutput", "_Stop", "_finish_report", "_mark_unavailable",
-    "check_backend", "check_envs", "check_manifest", "check_new_out", "check_notebooks",
-    "check_params", "check_reachable", "check_runnable", "claim", "env_label", "env_problems",
-    "execute", "forward_stderr", "here_spec", "here_target", "is_run_dir", "job_parameters",
-    "kernel_config", "kernel_manager_class", "kernel_target", "load_run", "lock_run_dir",
-    "new_run", "notebooks_dir", "parse_params", "run", "split_names", "target_of",
-    "write_manifest",
-]

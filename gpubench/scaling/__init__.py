@@ -48,11 +48,3 @@ from gpubench.scaling.rules import (
 from gpubench.scaling.step import Measured, evaluate, steps_per_epoch, train
 from gpubench.scaling.sweep import record, sweep
 from gpubench.scaling.workers import free_ports
-
-__all__ = ["CLI_NOTEBOOK", "CLUSTER_BACKEND", "LAUNCHER_ENV", "LOCKED_ENV", "NOTEBOOK",
-           "Measured", "backend_name", "backend_refusal", "canonical", "check_cluster_backend",
-           "check_index",
-           "check_replicas", "cli_main", "cli_params", "default_out", "evaluate", "free_ports",
-           "global_batch", "include_in_run", "launch_local", "local_devices", "lock_out",
-           "parallel", "parse_cluster", "record", "run_worker", "split_cpu", "steps_per_epoch",
-           "strategy", "sweep", "telemetry_device", "train"]

@@ -105,3 +105,30 @@ def failure(exc: BaseException) -> tuple[str, str]:
     text = str(exc).strip()
     return ("oom" if is_oom(exc) else "error",
             f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)
+
+
+def machine_cause(smi: list[str] | None, smi_present: bool, title: str,
+                  version: str) -> tuple[str, str] | None:
+    """(why, fix) when the machine keeps the GPU from framework `title` (its `version`): a driver
+    that fails, or no NVIDIA GPU (`smi`: `nvidia-smi -L`'s GPU lines, None: it failed); None
+    when nvidia-smi lists a GPU. Every backend's `diagnose` asks this first."""
+    if smi is None and smi_present:
+        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
+                f"{title} {version} cannot see a GPU.",
+                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU (on WSL2, "
+                "install the driver on Windows, not inside Linux).")
+    if not smi:
+        found = "not found" if smi is None else "lists none"
+        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); {title} runs on the CPU.",
+                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
+                "driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows).")
+    return None
+
+
+def hidden_cause(title: str) -> tuple[str, str] | None:
+    """(why, fix) when CUDA_VISIBLE_DEVICES hides every GPU from framework `title`, else None."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is None or hidden.strip() not in ("", "-1"):
+        return None
+    return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from {title}.",
+            "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")

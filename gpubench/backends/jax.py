@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench import backends
 from gpubench.backends import GPUNotAvailableError, PlatformError
 from gpubench.machine import ENVS_HINT
 
@@ -204,20 +205,12 @@ def is_oom(exc: BaseException) -> bool:
 def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tuple[str, str]:
     """(why JAX sees no GPU, the fix), given `nvidia-smi -L`'s GPU lines (None: failed)."""
     jax_version = version()
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
     platforms = os.environ.get("JAX_PLATFORMS", "")
     if platforms and "cuda" not in platforms and "gpu" not in platforms:
         return (f"JAX_PLATFORMS={platforms!r} keeps JAX {jax_version} off the GPU.",
                 "unset JAX_PLATFORMS (or include cuda in it).")
-    if smi is None and smi_present:
-        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so JAX "
-                f"{jax_version} cannot see a GPU.",
-                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU.")
-    if not smi:
-        found = "not found" if smi is None else "lists none"
-        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); JAX runs on the CPU.",
-                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
-                "driver until `nvidia-smi -L` lists it.")
+    if cause := backends.machine_cause(smi, smi_present, TITLE, jax_version):
+        return cause
     if windows:
         return ("native Windows: JAX has no CUDA wheels for it.",
                 f"run gpubench inside WSL2, creating the jax-gpu env with {ENVS_HINT}.")
@@ -226,9 +219,8 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
                 "(no CUDA plugin installed).",
                 "`pip install \"jax[cuda12]\"` in this environment (or create the jax-gpu env "
                 f"with {ENVS_HINT}, and its kernel gpubench-jax-gpu).")
-    if hidden is not None and hidden.strip() in ("", "-1"):
-        return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from JAX.",
-                "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")
+    if cause := backends.hidden_cause(TITLE):
+        return cause
     warned = f" JAX said: {_fallback[0]}" if _fallback else ""
     return (f"the driver sees {len(smi)} GPU(s) ({smi[0].strip()}) and JAX {jax_version} has a "
             f"CUDA plugin, but it could not start it.{warned}",

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench import backends
 from gpubench.machine import ENVS_HINT
 
 NAME = "tensorflow"
@@ -177,17 +178,8 @@ def is_oom(exc: BaseException) -> bool:
 def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tuple[str, str]:
     """(why TensorFlow sees no GPU, the fix), given `nvidia-smi -L`'s GPU lines (None: failed)."""
     tf_version = version()
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if smi is None and smi_present:
-        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
-                f"TensorFlow {tf_version} cannot see a GPU.",
-                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU (on WSL2, "
-                "install the driver on Windows, not inside Linux).")
-    if not smi:
-        found = "not found" if smi is None else "lists none"
-        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); TensorFlow runs on the CPU.",
-                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
-                "driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows).")
+    if cause := backends.machine_cause(smi, smi_present, TITLE, tf_version):
+        return cause
     if windows:
         return ("native Windows. TensorFlow dropped GPU support on native Windows after 2.10.",
                 "run gpubench inside WSL2: install the NVIDIA driver on Windows, then, in WSL2, "
@@ -198,9 +190,8 @@ def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tupl
                 "GPU.",
                 f"use the GPU environment: create the gpu env with {ENVS_HINT}, and run in it; "
                 "in a plain venv: `pip install 'tensorflow[and-cuda]==2.21.*'`.")
-    if hidden is not None and hidden.strip() in ("", "-1"):
-        return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from TensorFlow.",
-                "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")
+    if cause := backends.hidden_cause(TITLE):
+        return cause
     said = f" TensorFlow said: {_failure[0]}" if _failure else ""
     return (f"the driver sees {len(smi)} GPU(s) ({smi[0].strip()}), but this CUDA build of "
             f"TensorFlow {tf_version} cannot load the CUDA/cuDNN libraries it needs.{said}",

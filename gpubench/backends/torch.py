@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from gpubench import backends
 from gpubench.machine import ENVS_HINT
 
 NAME = "torch"
@@ -142,25 +143,16 @@ def is_oom(exc: BaseException) -> bool:
 def diagnose(smi: list[str] | None, *, smi_present: bool, windows: bool) -> tuple[str, str]:
     """(why torch sees no GPU, the fix), given `nvidia-smi -L`'s GPU lines (None: failed)."""
     torch_version = version()
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if smi is None and smi_present:
-        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
-                f"PyTorch {torch_version} cannot see a GPU.",
-                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU.")
-    if not smi:
-        found = "not found" if smi is None else "lists none"
-        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); PyTorch runs on the CPU.",
-                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
-                "driver until `nvidia-smi -L` lists it.")
+    if cause := backends.machine_cause(smi, smi_present, TITLE, torch_version):
+        return cause
     if not is_cuda_build():
         return (f"the driver sees {smi[0].strip()}, but this PyTorch {torch().__version__} is a "
                 "CPU-only build (torch.version.cuda is None); it can never see a GPU.",
                 f"use the torch GPU env, created with {ENVS_HINT} (kernel "
                 "gpubench-torch-gpu); in a plain venv: `pip install 'torch==2.13.*'` from PyPI, "
                 "whose Linux wheel is the CUDA build.")
-    if hidden is not None and hidden.strip() in ("", "-1"):
-        return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from PyTorch.",
-                "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")
+    if cause := backends.hidden_cause(TITLE):
+        return cause
     _available()
     said = f" PyTorch said: {_warned[0]}" if _warned else ""
     return (f"the driver sees {len(smi)} GPU(s) ({smi[0].strip()}), but PyTorch "

@@ -454,8 +454,6 @@ def test_real_registration_sets_backend_display_name_and_checkout(root, tmp_path
         assert mine["display_name"] == user["display_name"] == envs.display_name(env)
         assert mine["env"] == {"KERAS_BACKEND": backend, "PYTHONPATH": str(root)}
         assert user["env"] == {"KERAS_BACKEND": backend}
-        assert mine["metadata"]["gpubench"] == {"checkout": str(root), "env": env,
-                                                "backend": backend}
 
 
 def test_unwritable_user_jupyter_dir_is_a_warning(root, tmp_path, monkeypatch, bin_dir):
@@ -469,20 +467,11 @@ def test_unwritable_user_jupyter_dir_is_a_warning(root, tmp_path, monkeypatch, b
     out: list[str] = []
     assert envs.setup(root=root, echo=out.append) == 0
     printed = "\n".join(out)
-    assert f"warning: could not register gpubench-cpu for Jupyter started by hand in {user_dir}" \
-        f"/kernels" in printed
+    assert "warning: could not register gpubench-cpu for Jupyter started by hand" in printed
+    assert str(user_dir) in printed  # ipykernel's own error names the folder
     assert "Traceback" not in printed and "delete .venv" not in printed
     assert "Kernels registered: gpubench-cpu" in printed
     assert (root / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json").is_file()
-
-
-def test_user_jupyter_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
-    assert envs.user_jupyter_dir() == tmp_path
-    env = {"XDG_DATA_HOME": "/xdg"}
-    if sys.platform.startswith("linux"):
-        assert envs.user_jupyter_dir(env) == Path("/xdg/jupyter")
-        assert envs.user_jupyter_dir({}) == Path.home() / ".local" / "share" / "jupyter"
 
 
 def test_names_and_root():
@@ -700,7 +689,6 @@ def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
         spec_path = clone / ".jupyter" / "kernels" / "gpubench-cpu" / "kernel.json"
         spec = json.loads(spec_path.read_text())
         assert spec["env"]["PYTHONPATH"] == str(clone)
-        assert spec["metadata"]["gpubench"]["checkout"] == str(clone)
         assert spec["display_name"] == envs.display_name("cpu")
     assert (tmp_path / "user-jupyter" / "kernels" / "gpubench-cpu" / "logo-svg.svg").exists()
 

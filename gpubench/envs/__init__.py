@@ -23,7 +23,6 @@ from gpubench.envs.kernels import (
     kernel_specs,
     notebooks_dir,
     use_checkout_kernels,
-    user_jupyter_dir,
 )
 from gpubench.envs.listing import envs_report
 from gpubench.envs.names import (

@@ -6,7 +6,6 @@ failed one says what to do. Stdlib-only at import: a bare `python3 -m gpubench s
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import shutil
@@ -17,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpubench import machine  # stdlib-only at import
-from gpubench.envs.kernels import checkout_kernels_dir, user_jupyter_dir
+from gpubench.envs.kernels import checkout_kernels_dir
 from gpubench.envs.names import (
     DEFAULT_BACKENDS,
     EXTRAS,
@@ -99,21 +98,6 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
     )
 
 
-def _mark_checkout(root: Path, name: str, echo: Callable) -> None:
-    """Say in this checkout's kernel.json (its metadata) which checkout, env and backend it is."""
-    path = checkout_kernels_dir(root) / "kernels" / kernel_name(name) / "kernel.json"
-    try:
-        spec = json.loads(path.read_text())
-        spec.setdefault("metadata", {})["gpubench"] = {
-            "checkout": str(root), "env": name, "backend": backend_of(name)}
-        tmp = path.with_name(f"kernel.json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(spec, indent=1) + "\n")
-        os.replace(tmp, path)
-    except (OSError, ValueError, AttributeError) as exc:
-        echo(f"warning: could not note the checkout in {path} ({exc}); `gpubench envs` may not "
-             "name it")
-
-
 def _register(python: list[str], name: str, root: Path, hint: str, echo: Callable,
               env: dict | None = None) -> bool:
     """Register env `name`'s kernel in this checkout's folder, then (a warning if it fails)
@@ -127,7 +111,6 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
     if not _run(base + ["--env", "PYTHONPATH", str(root)], step + " for this checkout", hint,
                 cwd=root, echo=echo, env=here):
         return False
-    _mark_checkout(root, name, echo)
     # `ipykernel install --user` deletes and re-copies the kernel folder: two at once crash one
     # of them (its logo-svg.svg vanishes), so they take turns under a per-user lock.
     user = os.getuid() if hasattr(os, "getuid") else 0
@@ -143,10 +126,10 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
             echo(done.stdout.strip())  # "Installed kernelspec ... in ..."
         return True
     last = said.splitlines()[-1] if said else f"exit code {code}"
-    echo(f"warning: could not register {kernel} for Jupyter started by hand in "
-         f"{user_jupyter_dir(env) / 'kernels'} ({last}). This checkout's kernel is registered, "
-         "and `gpubench run`, `make lab` and `make test` use it; for Jupyter started by hand, "
-         f"make that folder writable or set JUPYTER_PATH={checkout_kernels_dir(root)}")
+    echo(f"warning: could not register {kernel} for Jupyter started by hand ({last}). This "
+         "checkout's kernel is registered, and `gpubench run`, `make lab` and `make test` use "
+         "it; for Jupyter started by hand, make Jupyter's per-user folder writable (`jupyter "
+         f"--data-dir` names it) or set JUPYTER_PATH={checkout_kernels_dir(root)}")
     return True
 
 

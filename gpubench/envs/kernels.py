@@ -1,6 +1,6 @@
 """Where the envs' Jupyter kernels live and what they are: this checkout's kernel folder (first
-on JUPYTER_PATH), Jupyter's per-user folder, the gpubench-* kernel specs, a kernel that runs
-another checkout's code, and the notebooks the kernels run. Stdlib-only at import."""
+on JUPYTER_PATH), the gpubench-* kernel specs, a kernel that runs another checkout's code, and
+the notebooks the kernels run. Stdlib-only at import."""
 
 from __future__ import annotations
 
@@ -29,18 +29,6 @@ def use_checkout_kernels() -> None:
     first = str(checkout_kernels_dir())
     rest = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != first]
     os.environ["JUPYTER_PATH"] = os.pathsep.join([first, *rest])
-
-
-def user_jupyter_dir(env: dict | None = None) -> Path:
-    """Where `ipykernel install --user` writes: JUPYTER_DATA_DIR, else Jupyter's per-user folder."""
-    env = os.environ if env is None else env
-    if env.get("JUPYTER_DATA_DIR"):
-        return Path(env["JUPYTER_DATA_DIR"])
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Jupyter"
-    if os.name == "nt":
-        return Path(env.get("APPDATA") or Path.home()) / "jupyter"
-    return Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "jupyter"
 
 
 def kernel_specs() -> dict[str, dict]:

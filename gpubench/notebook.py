@@ -1,8 +1,9 @@
 """What every chapter does first: check its parameters, apply the profile, open the results.
 
-The rules for each value live in `gpubench.params`; `start` applies them in the kernel, as the
-runner does before any kernel starts, and also refuses a name that papermill injected and the
-parameters cell does not declare (papermill itself only warns).
+The names and defaults are the notebook's parameters cell (read from its .ipynb by
+`gpubench.params.declared`) and the rules for each value live in `gpubench.params`; `start`
+applies them in the kernel, as the runner does before any kernel starts, and also refuses a name
+that papermill injected and the parameters cell does not declare (papermill itself only warns).
 """
 
 from __future__ import annotations

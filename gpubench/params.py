@@ -1,22 +1,27 @@
-"""Every notebook's parameters: their names, accepted values, profiles, and the checks.
+"""The rules of the notebooks' parameters: accepted values, checks, what the quick profile changes.
 
 The ground layer (stdlib only, no gpubench import): the runner checks `-p` values with
 these rules before any kernel starts, and `gb.notebook.start` checks the same values in the
-kernel. The `full` profile holds the book's values (each parameters cell shows them; a test
-ties the two), and `quick` only what a smoke run changes. None takes the profile's default
-(so does the book's value in the quick profile). None for `profile`, `data_source` and
-`data_dir` reads GPUBENCH_PROFILE (else "full"), GPUBENCH_DATA_SOURCE (else "auto") and
-GPUBENCH_DATA_DIR; GPUBENCH_DATASET replaces the book's `dataset` where it has the same
-image shape (MNIST and Fashion-MNIST, 28x28 grey; CIFAR-10 is 32x32 colour).
+kernel. Each notebook's parameters cell is the one declaration of its names and defaults (the
+book's values, the `full` profile); `declared` reads it from the .ipynb, and this module holds
+only what a cell cannot: the rules and `_QUICK`, what a smoke run changes. None takes the
+profile's default (so does the book's value in the quick profile). None for `profile`,
+`data_source` and `data_dir` reads GPUBENCH_PROFILE (else "full"), GPUBENCH_DATA_SOURCE (else
+"auto") and GPUBENCH_DATA_DIR; GPUBENCH_DATASET replaces the book's `dataset` where it has the
+same image shape (MNIST and Fashion-MNIST, 28x28 grey; CIFAR-10 is 32x32 colour).
 """
 
 from __future__ import annotations
 
 import ast
 import errno
+import functools
+import json
 import os
 import re
 import stat
+import sys
+from pathlib import Path
 from typing import Any
 
 PROFILES = ("full", "quick")
@@ -44,40 +49,7 @@ CHOICES = {
     "scaling": ("weak", "strong"),
 }
 
-COMMON = ("profile", "results_path", "env_name")  # the runner sets these
-_DATA = ("dataset", "data_source", "data_dir")
-PARAMS = {  # each notebook's own parameters, in its parameters cell's order
-    "performanceTest": ("sizes", "devices", "repeats", "dtype"),
-    **{name: ("device", "epochs", "batch_size", "max_train_samples", *_DATA, "xla", "precision")
-       for name in TRAINING_NOTEBOOKS},
-    "Speed_Factors": ("model", "devices", "epochs", "max_train_samples", *_DATA, "batch_sizes",
-                      "precisions", "xla_modes", "steps_per_execution", "input_pipelines"),
-    "Multi_GPU_Scaling": ("model", "devices", "replicas", "per_replica_batch_size", "scaling",
-                          "epochs", "max_train_samples", *_DATA, "virtual_devices"),
-}
-
-
-def _chapter(epochs: int, batch_size: int, dataset: str) -> dict:
-    """A training chapter's defaults; XLA off and float32 in every env: like for like."""
-    return {"device": "auto", "epochs": epochs, "batch_size": batch_size,
-            "max_train_samples": None, "dataset": dataset, "xla": "off", "precision": "float32"}
-
-
-_FULL = {  # the book's settings
-    "performanceTest": {"sizes": list(range(500, 5001, 500)), "devices": None, "repeats": 5,
-                        "dtype": ["float32", "bfloat16", "float16"]},
-    "Mnist_MLP_h1000": _chapter(15, 100, "mnist"),
-    "Mnist_CNN": _chapter(15, 100, "mnist"),
-    "Keras_Cifar_CNN": _chapter(15, 128, "cifar10"),
-    "Speed_Factors": {"model": "mlp_h1000", "devices": None, "dataset": "mnist",
-                      "steps_per_execution": [1, 32],
-                      "input_pipelines": list(CHOICES["input_pipeline"]), "epochs": 5,
-                      "max_train_samples": None, "batch_sizes": [32, 100, 256, 1024, 4096],
-                      "precisions": list(CHOICES["precision"]), "xla_modes": ["off", "on"]},
-    "Multi_GPU_Scaling": {"model": "mlp_h1000", "devices": None, "replicas": None,
-                          "per_replica_batch_size": 100, "scaling": "weak", "dataset": "mnist",
-                          "virtual_devices": None, "epochs": 5, "max_train_samples": None},
-}
+COMMON = ("profile", "results_path", "env_name")  # every cell declares them; the runner sets them
 _QUICK = {  # what the quick profile changes
     "performanceTest": {"sizes": [500, 1000, 1500, 2000], "repeats": 3, "dtype": "float32"},
     "Mnist_MLP_h1000": {"epochs": 3, "max_train_samples": 12000},
@@ -87,7 +59,6 @@ _QUICK = {  # what the quick profile changes
                       "precisions": ["float32", "mixed_bfloat16"]},
     "Multi_GPU_Scaling": {"epochs": 3, "max_train_samples": 6000},
 }
-DEFAULTS = {"full": _FULL, "quick": {nb: {**_FULL[nb], **_QUICK[nb]} for nb in NOTEBOOKS}}
 
 # Rough wall time of each notebook on a 2-core CPU, kernel start included (seconds);
 # the runner weighs its progress bar and ETA with these.
@@ -218,7 +189,8 @@ def _one_of(name: str, value, kind: str) -> str:
 
 
 def check_value(name: str, value, *, virtual_cpus: bool = False):
-    """Return `value` checked (a list parameter as a list), or raise naming it and what to do."""
+    """Return `value` checked (a list parameter as a list), or raise naming it and what to do;
+    a name with no rule (a bool, a float) keeps its value."""
     if value is None:
         return None
     if name in _POSITIVE:
@@ -231,22 +203,34 @@ def check_value(name: str, value, *, virtual_cpus: bool = False):
         return [_one_of(name, item, _LISTS_OF[name]) for item in _as_list(name, value)]
     if name in CHOICES:
         return _one_of(name, value, name)
-    if name == "device":
-        return check_device(value)
+    if name in _CHECKS:
+        return _CHECKS[name](value)
     if name == "devices":  # "cpu:N" where virtual_devices splits the CPU (Multi_GPU_Scaling)
         return [check_device(d, virtual_cpus=virtual_cpus) for d in _as_list(name, value)]
-    if name == "profile":
-        return resolve_profile(value)
-    if name == "dataset":
-        return check_dataset(value)
-    if name == "data_source":
-        return check_source(value)
-    if not isinstance(value, (str, os.PathLike)):  # results_path, env_name, data_dir
+    if name not in _TEXT:
+        return value
+    if not isinstance(value, (str, os.PathLike)):
         raise ParameterError(f"{name} must be a path or a name (a string), got {value!r}")
     return check_folder(name, value) if name in FOLDERS else value
 
 
 FOLDERS = ("data_dir",)  # parameters naming a folder that must exist when given
+_TEXT = ("results_path", "env_name", *FOLDERS)  # a path or a label: any string
+_CHECKS = {"device": check_device, "profile": resolve_profile, "dataset": check_dataset,
+           "data_source": check_source}
+
+
+def rule_names() -> dict[str, set[str]]:
+    """The parameter names each kind of rule in `check_value` names (CHOICES' item kinds, e.g.
+    "input_pipeline", only where no list parameter uses them)."""
+    return {"_POSITIVE": set(_POSITIVE), "_INT_LISTS": set(_INT_LISTS),
+            "_LISTS_OF": set(_LISTS_OF), "CHOICES": set(CHOICES) - set(_LISTS_OF.values()),
+            "_CHECKS": set(_CHECKS), "_TEXT": set(_TEXT), "devices": {"devices"}}
+
+
+def has_rule(name: str) -> bool:
+    """Whether `check_value` checks parameter `name` by a rule of its own."""
+    return name in CHOICES or any(name in names for names in rule_names().values())
 
 
 def check_folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
@@ -308,11 +292,57 @@ _OWN_RULES = {"Speed_Factors": check_speed_factors, "Multi_GPU_Scaling": check_s
 # ---------------------------------------------------------------- names and whole notebooks
 
 
-def parameter_names(notebook: str) -> list[str]:
-    """The parameters a notebook takes, in the order of its parameters cell; or raise naming it."""
+def notebooks_dir() -> Path:
+    """The source notebooks: this checkout's notebooks/, else those a wheel installed."""
+    here = Path(__file__).resolve().parents[1] / "notebooks"
+    installed = Path(sys.prefix) / "share" / "gpubench" / "notebooks"
+    return here if here.is_dir() or not installed.is_dir() else installed
+
+
+@functools.cache
+def declared(notebook: str) -> dict[str, Any]:
+    """{name: default} as `notebook`'s parameters cell declares them, in its order (the book's
+    values: the full profile); or raise naming the notebook and what is wrong."""
     if notebook not in NOTEBOOKS:
         raise ParameterError(f"unknown notebook {notebook!r}; use one of {', '.join(NOTEBOOKS)}")
-    return [*COMMON, *PARAMS[notebook]]
+    path = notebooks_dir() / f"{notebook}.ipynb"
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        source = next("".join(c["source"]) for c in cells
+                      if "parameters" in c.get("metadata", {}).get("tags", []))
+        body = ast.parse(source).body
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, SyntaxError) as exc:
+        raise ParameterError(f"cannot read the parameters cell of {path} ({type(exc).__name__}: "
+                             f"{exc}); restore it: git checkout notebooks") from None
+    found = {}
+    for node in body:
+        try:
+            [target] = node.targets  # a name = a literal, as papermill reads it
+            found[target.id] = ast.literal_eval(node.value)
+        except (AttributeError, ValueError, TypeError):
+            raise ParameterError(f"{path}, parameters cell line {node.lineno}: write NAME = "
+                                 "a literal value (str, number, list, None)") from None
+    return found
+
+
+@functools.cache
+def defaults() -> dict[str, dict[str, dict]]:
+    """{profile: {notebook: {name: default}}}: the parameters cells' values (but the runner's
+    COMMON), and in `quick` what `_QUICK` changes."""
+    full = {nb: {k: v for k, v in declared(nb).items() if k not in COMMON} for nb in NOTEBOOKS}
+    return {"full": full, "quick": {nb: {**full[nb], **_QUICK[nb]} for nb in NOTEBOOKS}}
+
+
+def __getattr__(name: str) -> Any:
+    """`DEFAULTS` is `defaults()`, read from the notebooks on first use."""
+    if name == "DEFAULTS":
+        return defaults()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def parameter_names(notebook: str) -> list[str]:
+    """The parameters a notebook takes, in the order of its parameters cell; or raise naming it."""
+    return list(declared(notebook))
 
 
 def check_names(notebook: str, given: dict | list) -> None:
@@ -327,10 +357,10 @@ def check_params(notebook: str, given: dict) -> dict:
     """Check names against `notebook`'s parameters and each value by its rule (its own rules
     on the given values over the book's); return them checked."""
     check_names(notebook, given)
-    cpus = "virtual_devices" in PARAMS[notebook]  # devices "cpu:N" name virtual CPUs
+    cpus = "virtual_devices" in declared(notebook)  # devices "cpu:N" name virtual CPUs
     checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
     if notebook in _OWN_RULES:
-        merged = _OWN_RULES[notebook]({**DEFAULTS["full"][notebook],
+        merged = _OWN_RULES[notebook]({**declared(notebook),
                                        **{k: v for k, v in checked.items() if v is not None}})
         checked = {k: None if v is None else merged.get(k, v) for k, v in checked.items()}
     _check_dataset_fits(notebook, checked)
@@ -340,8 +370,8 @@ def check_params(notebook: str, given: dict) -> dict:
 def _check_dataset_fits(notebook: str, checked: dict) -> None:
     """A dataset given for a model whose input it does not fit: ParameterError, before any run."""
     dataset = checked.get("dataset")
-    model = checked.get("model") or TRAINING_NOTEBOOKS.get(notebook) or (
-        DEFAULTS["full"].get(notebook, {}).get("model"))
+    model = (checked.get("model") or TRAINING_NOTEBOOKS.get(notebook)
+             or declared(notebook).get("model"))
     if dataset is None or model not in MODEL_DATASETS or dataset in MODEL_DATASETS[model]:
         return
     raise ParameterError(f"dataset {dataset!r} does not fit {model} ({notebook}): its images are "
@@ -386,8 +416,8 @@ def resolve(notebook: str, **given) -> tuple[dict, dict]:
     params = {name: given.get(name) for name in parameter_names(notebook)}
     params["profile"] = profile = resolve_profile(given.get("profile"))
     changed = {}
-    book = DEFAULTS["full"][notebook]
-    for name, default in DEFAULTS[profile][notebook].items():
+    book = declared(notebook)
+    for name, default in defaults()[profile][notebook].items():
         if params[name] is None or params[name] == book[name]:
             params[name] = default
             if default != book[name]:

@@ -110,9 +110,93 @@ def test_check_for_backend_refuses_tf_data_without_tensorflow():
 def test_quick_profile_only_overrides_what_it_names():
     for nb in params.NOTEBOOKS:
         quick, full = params.DEFAULTS["quick"][nb], params.DEFAULTS["full"][nb]
-        assert set(quick) == set(full) == set(params.PARAMS[nb]) - {"data_source", "data_dir"}
+        assert list(quick) == list(full) == [n for n in params.parameter_names(nb)
+                                             if n not in params.COMMON]
+        assert {k for k in full if quick[k] != full[k]} <= set(params._QUICK[nb])
         assert quick["epochs" if "epochs" in quick else "repeats"] < \
             full["epochs" if "epochs" in full else "repeats"]
+
+
+# ---- the parameters cell is the one declaration; params holds the rules
+
+def _needs_rule(default) -> bool:
+    """A str or a list (from a closed set, or of positive ints), an int (positive), or None (no
+    type to go by) needs a rule; a bool or a float may go without."""
+    return default is None or isinstance(default, (str, int, list)) and not isinstance(default,
+                                                                                       bool)
+
+
+def _disagreements(cells: dict[str, dict], quick: dict[str, dict]) -> list[str]:
+    """Where the notebooks' parameters cells and the rules in params disagree, one line each."""
+    found = []
+    for nb, cell in cells.items():
+        found += [f"{nb}: {name} = {default!r} has no rule in params"
+                  for name, default in cell.items() if _needs_rule(default)
+                  and not params.has_rule(name)]
+        found += [f"{nb} does not declare {name} (COMMON)" for name in params.COMMON
+                  if name not in cell]
+        found += [f"_QUICK[{nb!r}] changes {name}, which {nb}'s cell does not declare"
+                  for name in quick.get(nb, {}) if name not in cell]
+        for name, value in [*cell.items(), *quick.get(nb, {}).items()]:
+            try:
+                params.check_value(name, value, virtual_cpus=True)
+            except ParameterError as exc:
+                found.append(f"{nb}: {name} = {value!r} breaks its rule: {exc}")
+    declared = {name for cell in cells.values() for name in cell}
+    found += [f"{kind} names {name}, which no parameters cell declares"
+              for kind, names in params.rule_names().items() for name in sorted(names - declared)]
+    return found + [f"_QUICK names {nb}, not a notebook" for nb in quick if nb not in cells]
+
+
+def test_every_parameters_cell_and_the_rules_agree():
+    cells = {nb: params.declared(nb) for nb in params.NOTEBOOKS}
+    assert _disagreements(cells, params._QUICK) == []
+    for nb in params.NOTEBOOKS:  # and a notebook's own rules (Speed_Factors: epochs >= 2)
+        for profile in params.PROFILES:
+            params.check_params(nb, params.DEFAULTS[profile][nb])
+
+
+def test_a_cell_and_rules_that_disagree_are_found():
+    """What the test above finds: a new name with no rule, a rule or a quick value for a name
+    no cell declares, and a default its own rule refuses."""
+    cells = {nb: dict(params.declared(nb)) for nb in params.NOTEBOOKS}
+    cells["Mnist_CNN"]["optimizer"] = "adam"
+    cells["Mnist_CNN"]["seed"] = 1
+    cells["Mnist_CNN"]["shuffle"] = True  # a bool needs no rule
+    cells["Mnist_CNN"]["xla"] = "sometimes"
+    del cells["Multi_GPU_Scaling"]["virtual_devices"], cells["performanceTest"]["env_name"]
+    quick = {**params._QUICK, "Keras_Cifar_CNN": {"epochs": 0, "epoch": 2}}
+    assert sorted(_disagreements(cells, quick)) == sorted([
+        "Mnist_CNN: optimizer = 'adam' has no rule in params",
+        "Mnist_CNN: seed = 1 has no rule in params",
+        "Mnist_CNN: xla = 'sometimes' breaks its rule: unknown xla 'sometimes'; use one of off, "
+        "on, auto",
+        "Keras_Cifar_CNN: epochs = 0 breaks its rule: epochs must be a positive integer, got 0",
+        "performanceTest does not declare env_name (COMMON)",
+        "_QUICK['Keras_Cifar_CNN'] changes epoch, which Keras_Cifar_CNN's cell does not declare",
+        "_POSITIVE names virtual_devices, which no parameters cell declares"])
+
+
+def test_a_broken_parameters_cell_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    def cell(source: str) -> str:
+        return json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]},
+                                      "source": source}]})
+
+    monkeypatch.setattr(params, "notebooks_dir", lambda: tmp_path)
+    for source, message in [("epochs = 15\nsizes = list(range(5))\n", "line 2: write NAME = "),
+                            ("epochs = \n", "SyntaxError"), (None, "No such file")]:
+        params.declared.cache_clear()
+        if source is not None:
+            (tmp_path / "Mnist_CNN.ipynb").write_text(cell(source))
+        else:
+            (tmp_path / "Mnist_CNN.ipynb").unlink()
+        with pytest.raises(ParameterError, match=message) as info:
+            params.parameter_names("Mnist_CNN")
+        assert str(tmp_path / "Mnist_CNN.ipynb") in str(info.value)
+    (tmp_path / "Mnist_CNN.ipynb").write_text(cell("profile = None\nepochs = 2\n"))
+    params.declared.cache_clear()
+    assert params.declared("Mnist_CNN") == {"profile": None, "epochs": 2}
+    params.declared.cache_clear()
 
 
 def test_environment_variables_fill_what_is_none(monkeypatch, tmp_path):

@@ -1,7 +1,7 @@
 """gpubench on JAX or PyTorch against bare Keras and a bare matmul, side by side in one process.
 
-Part 1: `gpubench.training.train` against a bare `model.fit` of the same compiled model, whose
-epoch clock stops after the backend's wait (JAX: `jax.block_until_ready` on the weights;
+Part 1: the training chapters' cells (`bare.gpubench_fit`) against a bare `model.fit` of the
+same compiled model, whose epoch clock stops after the backend's wait (JAX: `jax.block_until_ready` on the weights;
 torch: `torch.cuda.synchronize()` where CUDA started, nothing on the CPU), alternating for
 several rounds. Prints the fastest and the median steady epoch of each and the ratio of the
 fastest (bare / gpubench); target >= 0.95.
@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 
-from bare import epoch_clock, machine, parse_rounds, round_options
+from bare import epoch_clock, gpubench_fit, machine, parse_rounds, round_options
 
 import gpubench as gb
 
@@ -92,15 +92,13 @@ BARE = {"jax": (bare_jax_fit, bare_matmul_gflops),
 def training(args) -> None:
     """Part 1: the book's MLP, gpubench against the bare fit."""
     data = gb.data.load("mnist", source="synthetic", max_train_samples=args.samples, verbose=False)
-    split = gb.training.prepare("mlp_h1000", data)
+    split = gb.training.split("mlp_h1000", data)
     model = gb.training.build_model("mlp_h1000", "cpu")
     steady = {"gpubench": [], "bare": []}
     for i in range(args.rounds):
         for who in (("gpubench", "bare") if i % 2 == 0 else ("bare", "gpubench")):
             if who == "gpubench":
-                run = gb.training.train(model, data, epochs=args.epochs, batch_size=100,
-                                        device="cpu", env="benchmark", verbose=0)
-                times = run.record["epoch_seconds"]
+                times = gpubench_fit(model, split, data, args.epochs, 100)
             else:
                 times = BARE[args.backend][0](model, split, args.epochs, 100)
             steady[who] += times[1:]

@@ -1,7 +1,7 @@
 """gpubench's training and speed factors against bare Keras, in one process, alternating.
 
 1. For each mode (the book's setting; batch 1000 + mixed_bfloat16; XLA on), the
-   same compiled model is trained by `gpubench.training.train` and by a bare
+   same compiled model is trained by the chapters' cells (`bare.gpubench_fit`) and by a bare
    `model.fit`, alternately for several short rounds; epoch 1 of every fit is
    dropped. Prints the minimum and the median steady epoch of each and their
    ratio as throughput (target: gpubench >= 0.95 of bare Keras in every mode).
@@ -45,7 +45,7 @@ def overhead(data, split, rounds: int, epochs: int) -> None:
         steady = {"gpubench": [], "bare": []}
         for i in range(rounds):
             for who in (("gpubench", "bare") if i % 2 == 0 else ("bare", "gpubench")):
-                times = (gpubench_fit(model, data, epochs, mode["batch_size"]) if who == "gpubench"
+                times = (gpubench_fit(model, split, data, epochs, mode["batch_size"]) if who == "gpubench"
                          else bare_fit(model, split, epochs, mode["batch_size"]))
                 steady[who] += times[1:]
         gm, bm = min(steady["gpubench"]), min(steady["bare"])
@@ -154,7 +154,7 @@ def main() -> None:
     print(f"{machine()}; {args.samples} synthetic MNIST-shaped images; rounds {args.rounds}, "
           f"epochs per fit {args.epochs}")
     data = gb.data.load("mnist", source="synthetic", max_train_samples=args.samples, verbose=False)
-    split = gb.training.prepare("mlp_h1000", data)
+    split = gb.training.split("mlp_h1000", data)
     if args.part in ("1", "both"):
         overhead(data, split, args.rounds, args.epochs)
     if args.part in ("2", "both"):

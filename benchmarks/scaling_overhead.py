@@ -50,7 +50,7 @@ def main() -> None:
           f"x {args.epochs} epochs, {args.samples} images, batch {args.batch}, synthetic data")
     dataset = "cifar10" if args.model == "cifar_cnn" else "mnist"
     data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples, verbose=False)
-    split = gb.training.prepare(args.model, data)
+    split = gb.training.split(args.model, data)
     strategy, _ = gb.scaling.strategy(["cpu:0"])
     ours, bare = [], []
     start = time.perf_counter()

@@ -32,7 +32,7 @@ def main() -> None:
         dataset = "cifar10" if name == "cifar_cnn" else "mnist"
         data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples,
                             verbose=False)
-        split = gb.training.prepare(name, data)
+        split = gb.training.split(name, data)
         notebook = {v: k for k, v in gb.params.TRAINING_NOTEBOOKS.items()}[name]
         batch = gb.params.DEFAULTS["full"][notebook]["batch_size"]
         model = gb.training.build_model(name, "cpu")
@@ -40,7 +40,7 @@ def main() -> None:
         for i in range(args.rounds):
             order = ("gpubench", "bare") if i % 2 == 0 else ("bare", "gpubench")
             for who in order:
-                times = (gpubench_fit(model, data, args.epochs, batch) if who == "gpubench"
+                times = (gpubench_fit(model, split, data, args.epochs, batch) if who == "gpubench"
                          else bare_fit(model, split, args.epochs, batch))
                 steady[who] += times[1:]
         g, b = statistics.median(steady["gpubench"]), statistics.median(steady["bare"])

@@ -1,7 +1,8 @@
-"""The book's three models, as their chapters write them, and their training FLOPs per sample.
+"""The book's three models and its data preparation, as the chapters write them, and a model's
+training FLOPs per sample.
 
-Each model is written once, in its chapter: the `#@save` cell of
-notebooks/Mnist_MLP_h1000.ipynb, Mnist_CNN.ipynb and Keras_Cifar_CNN.ipynb.
+Each is written once, in its chapter: the `#@save` cells of notebooks/Mnist_MLP_h1000.ipynb
+(the MLP, and `prepare`, which every chapter uses), Mnist_CNN.ipynb and Keras_Cifar_CNN.ipynb.
 `python tools/export_chapters.py` copies those cells between the markers below
 (d2l's way); tests/test_training.py fails when the two differ.
 
@@ -37,6 +38,28 @@ def mlp_h1000(learning_rate=1e-3, **compile_options):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
     return model
+
+
+# The book's validation sets: the last 5,000 of MNIST's 60,000 training images; 0.2 of CIFAR-10's.
+VALIDATION_FRACTION = {"mnist": 5_000 / 60_000, "fashion_mnist": 5_000 / 60_000, "cifar10": 0.2}
+
+
+def prepare(data, input_shape, validation_fraction=None):
+    """The book's preparation: pixels 0..255 to float32 in [0, 1], each image shaped
+    `input_shape` (the model's), the last `validation_fraction` of the training images held
+    out (None: the book's). Returns (x, y) of the training, validation and test images."""
+    if math.prod(input_shape) != math.prod(data.x_train.shape[1:]):
+        raise ValueError(f"{data.name} images are {data.x_train.shape[1:]}, but the model takes "
+                         f"{tuple(input_shape)}: choose a dataset or a model that fits the other")
+
+    def scaled(images):
+        return images.reshape((len(images), *input_shape)).astype("float32") / 255
+
+    if validation_fraction is None:
+        validation_fraction = VALIDATION_FRACTION[data.name]
+    x, y = scaled(data.x_train), data.y_train
+    cut = len(x) - round(len(x) * validation_fraction)
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:]), (scaled(data.x_test), data.y_test)
 
 
 def mnist_cnn(learning_rate=1e-4, **compile_options):

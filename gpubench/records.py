@@ -18,6 +18,13 @@ from gpubench import backends  # light: loads no framework
 MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
                 "cifar_cnn": "CIFAR-10 CNN"}
 MODEL_ORDER = ("mlp_h1000", "mnist_cnn", "cifar_cnn")
+
+
+def model_title(model: str) -> str:
+    """A model's name for a reader: the book's models by title, a learner's own by its name."""
+    return MODEL_TITLES.get(model, model)
+
+
 BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 
 # What makes one measurement: a later record with the same values replaces it (hand re-runs).

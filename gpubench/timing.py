@@ -172,7 +172,8 @@ def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
 
 def epoch_timer(device: str | None = None):
     """A Keras callback that times every epoch, ending each with a sync on the model's variables;
-    with `device`, a telemetry.Monitor covers each epoch (`.epoch_telemetry`)."""
+    with `device` (kept as `.device`, for the record), a telemetry.Monitor covers each epoch
+    (`.epoch_telemetry`)."""
     keras = backends.keras()
 
     class EpochTimer(keras.callbacks.Callback):
@@ -180,6 +181,7 @@ def epoch_timer(device: str | None = None):
 
         def __init__(self) -> None:
             super().__init__()
+            self.device = device
             self.epoch_seconds: list[float] = []
             self.epoch_telemetry: list[dict] = []
             self._start = 0.0

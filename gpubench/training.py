@@ -1,11 +1,15 @@
-"""Train one of the book's models in a recorded mode, with honest epoch timing, and write its
-record.
+"""Build a model in a recorded mode and record a training run the chapter did itself.
 
-Arrays are prepared once and stay in memory, so the data is never the bottleneck.
+The chapter shows the training, as the book did: it prepares the data with `models.prepare`
+(its own `#@save` cell), calls `model.fit` with `timing.epoch_timer` as a callback and
+`model.evaluate`, and then `record` writes one `train` record from the model, its history
+and the timer. Speed_Factors, Multi_GPU_Scaling and the benchmarks prepare the book's
+models' data with the same exported `models.prepare` (`split`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,17 +19,12 @@ from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
 from gpubench.telemetry import text as telemetry_text
 
-# Which input shape each model takes, and the share of the training images held
-# out for validation (the book: 5,000 of MNIST's 60,000; validation_split=0.2 for CIFAR-10).
-INPUT_SHAPES = {"mlp_h1000": (784,), "mnist_cnn": (28, 28, 1), "cifar_cnn": (32, 32, 3)}
-IMAGE_SHAPES = {"mlp_h1000": (28, 28), "mnist_cnn": (28, 28), "cifar_cnn": (32, 32, 3)}
-VALIDATION_FRACTION = {"mlp_h1000": 1 / 12, "mnist_cnn": 1 / 12, "cifar_cnn": 0.2}
 CHANCE = 0.1  # ten classes
 
 
 @dataclass
 class Split:
-    """Model-ready float32 arrays: train, validation and test."""
+    """Model-ready float32 arrays: train, validation and test, and the dataset they came from."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -35,38 +34,17 @@ class Split:
     y_test: np.ndarray
 
 
-@dataclass
-class TrainRun:
-    """The outcome of `train`: model, timer, per-epoch history, test metrics and the record."""
-
-    model: object
-    timer: object  # timing.epoch_timer()
-    history: dict
-    test_loss: float
-    test_accuracy: float
-    record: dict
+@functools.cache
+def input_shape(model_name: str) -> tuple:
+    """The input shape of one of the book's models, as its chapter builds it."""
+    return tuple(models.build(check_value("model", model_name)).input_shape[1:])
 
 
-def prepare(model_name: str, data: Dataset) -> Split:
-    """Scale images to [0, 1], shape them for `model_name`, and hold out the validation set."""
-    check_value("model", model_name)
-    if data.x_train.shape[1:] != IMAGE_SHAPES[model_name]:
-        raise ValueError(
-            f"dataset {data.name!r} has images of shape {data.x_train.shape[1:]}, but "
-            f"{model_name} needs {IMAGE_SHAPES[model_name]}; use "
-            + ("cifar10" if model_name == "cifar_cnn" else "mnist or fashion_mnist")
-        )
-    n_val = int(round(len(data.x_train) * VALIDATION_FRACTION[model_name]))
-    if len(data.x_train) - n_val < 1:
-        raise ValueError(f"only {len(data.x_train)} training images; use max_train_samples >= 10")
-    x, y, cut = scale(model_name, data.x_train), data.y_train, len(data.x_train) - n_val
-    return Split(x[:cut], y[:cut], x[cut:], y[cut:], scale(model_name, data.x_test), data.y_test)
-
-
-def scale(model_name: str, images: np.ndarray) -> np.ndarray:
-    """uint8 images -> float32 in [0, 1], shaped as `model_name` takes them."""
-    shape = INPUT_SHAPES[model_name]
-    return images.reshape((len(images), *shape)).astype(np.float32) / 255.0
+def split(model_name: str, data: Dataset) -> Split:
+    """`data` prepared for one of the book's models by the chapters' `models.prepare`."""
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = models.prepare(
+        data, input_shape(model_name))
+    return Split(x_train, y_train, x_val, y_val, x_test, y_test)
 
 
 def build_model(model_name, device: str, *, precision: str = "float32",
@@ -101,56 +79,38 @@ def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
     )
 
 
-def train(model, data: Dataset, *, epochs: int, batch_size: int, device: str,
-          store: results.ResultsStore | None = None, env: str | None = None, notebook: str = "",
-          verbose: int = 2) -> TrainRun:
-    """Fit `model` on `data` for `epochs` on `device`, evaluate it, and store one `train` record
-    (on an error or Ctrl-C as well: status "oom" or "error", with the epochs measured so far)."""
-    positive_int("epochs", epochs)
+def record(model, history, timer, data: Dataset, *, batch_size: int,
+           samples: tuple[int, int], test: tuple[float, float] | None = None,
+           error: BaseException | None = None, store: results.ResultsStore | None = None,
+           env: str | None = None, notebook: str = "") -> dict:
+    """The `train` record of a `model.fit` the caller ran: its epochs from `history` (None if fit
+    failed), epoch times and telemetry from `timer` (timing.epoch_timer, made with the device),
+    `samples` = (training, validation) images, `test` = evaluate's (loss, accuracy). With
+    `error`, the record says how it failed and keeps the epochs measured. Stored in `store`."""
     positive_int("batch_size", batch_size)
-    device = devices.resolve(device)
-    split = prepare(model.name, data)
-    timer = timing.epoch_timer(device)
+    if timer.device is None:
+        raise ValueError("record() needs the epoch timer of the device it trained on: "
+                         "timing.epoch_timer(device)")
+    epochs = history.params["epochs"] if history is not None else len(timer.epoch_seconds)
     fields = dict(
-        notebook=notebook, env=env or results.default_env_name(), device=device, model=model.name,
-        dataset=data.name, data_source=data.source, data_verified=data.verified, epochs=epochs,
-        batch_size=batch_size,
-        train_samples=len(split.x_train), validation_samples=len(split.x_val),
+        notebook=notebook, env=env or results.default_env_name(),
+        device=devices.resolve(timer.device), model=model.name, dataset=data.name,
+        data_source=data.source, data_verified=data.verified, epochs=epochs,
+        batch_size=batch_size, train_samples=samples[0], validation_samples=samples[1],
         **mode_fields(model),
-    )
-
-    def record(**outcome) -> dict:
-        made = results.make_record(
-            "train", **outcome, **fields,
-            **timing.train_fields(timer.epoch_seconds, fields["train_samples"],
-                                  fields["flops_per_sample"]),
-            telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
-            **telemetry.epoch_fields(timer.epoch_telemetry))
-        if store is not None:
-            store.append(made)
-        return made
-
-    try:
-        with devices.scope(device):
-            history = model.fit(
-                split.x_train, split.y_train, batch_size=batch_size, epochs=epochs,
-                validation_data=(split.x_val, split.y_val) if len(split.x_val) else None,
-                callbacks=[timer], verbose=verbose,
-            )
-            loss, accuracy = map(float, model.evaluate(split.x_test, split.y_test,
-                                                       batch_size=batch_size, verbose=0))
-    except BaseException as exc:
-        message = f"{type(exc).__name__} after {len(timer.epoch_seconds)} epoch(s): {exc}"
-        record(status=backends.failure(exc)[0], error=message.strip())
-        raise
-    return TrainRun(model, timer, dict(history.history), loss, accuracy,
-                    record(test_loss=loss, test_accuracy=accuracy))
-
-
-def predict_classes(model, data: Dataset, batch_size: int = 256) -> np.ndarray:
-    """Predicted class of every test image (for the confusion matrix)."""
-    x_test = scale(model.name, data.x_test)
-    return np.argmax(model.predict(x_test, batch_size=batch_size, verbose=0), axis=1)
+        **timing.train_fields(timer.epoch_seconds, samples[0], models.flops_per_sample(model)),
+        telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
+        **telemetry.epoch_fields(timer.epoch_telemetry))
+    if error is not None:
+        message = f"{type(error).__name__} after {len(timer.epoch_seconds)} epoch(s): {error}"
+        made = results.make_record("train", status=backends.failure(error)[0],
+                                   error=message.strip(), **fields)
+    else:
+        loss, accuracy = map(float, test)
+        made = results.make_record("train", test_loss=loss, test_accuracy=accuracy, **fields)
+    if store is not None:
+        store.append(made)
+    return made
 
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int = 10) -> np.ndarray:

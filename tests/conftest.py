@@ -179,3 +179,23 @@ def quick_run(_quick_run) -> Path:
 def quick_run_output(_quick_run) -> str:
     """What the shared quick run printed."""
     return _quick_run[1]
+
+
+def chapter_fit(model, data, *, epochs: int, batch_size: int, device: str = "cpu",
+                store=None, callbacks=()):
+    """The training chapters' cells: prepare, fit with the epoch timer, evaluate, record.
+    Returns (record, history); `callbacks` go after the timer (a test's own)."""
+    from gpubench import devices, models, timing, training
+
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = models.prepare(
+        data, model.input_shape[1:])
+    timer = timing.epoch_timer(device)
+    with devices.scope(device):
+        history = model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
+                            validation_data=(x_val, y_val), callbacks=[timer, *callbacks],
+                            verbose=0)
+        test = model.evaluate(x_test, y_test, batch_size=batch_size, verbose=0)
+    record = training.record(model, history, timer, data, batch_size=batch_size,
+                             samples=(len(x_train), len(x_val)), test=test, store=store,
+                             env="test", notebook="Mnist_MLP_h1000")
+    return record, history

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PYTHON, REPO, python_env
+from conftest import PYTHON, REPO, chapter_fit, python_env
 from gpubench import backends, devices, matmul, results, timing, training
 
 H200 = "echo 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'"
@@ -145,13 +145,12 @@ def test_jax_never_trains_eagerly_and_the_record_says_what_ran(tmp_path):
     loaded = data.load("mnist", source="synthetic", max_train_samples=300)
     model = training.build_model("mlp_h1000", "cpu", xla="off")
     store = results.ResultsStore(tmp_path / "r.jsonl")
-    run = training.train(model, loaded, epochs=2, batch_size=100, device="cpu", store=store,
-                         verbose=0)
+    made, _ = chapter_fit(model, loaded, epochs=2, batch_size=100, store=store)
     record = store.read()[0]
     assert record["jit_compile"] is True and record["backend"] == "jax"
     assert len(record["epoch_seconds"]) == 2 and record["status"] == "ok"
     assert len(record["epoch_cpu_util_percent"]) == 2
-    assert np.isfinite(run.test_loss)
+    assert np.isfinite(made["test_loss"]) and record == made
 
 
 @pytest.mark.jax

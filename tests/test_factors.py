@@ -312,7 +312,7 @@ def _on_device_trainer():
     its split)."""
     from gpubench import data, training
 
-    split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+    split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                     max_train_samples=660, verbose=False))
     variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
                               input_pipeline="on_device")
@@ -487,7 +487,7 @@ def test_the_chapter_runs_each_missing_gpu_peak_once_and_reuses_a_stored_one(tmp
 def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fake_gpu):
     from gpubench import data, training
 
-    split = training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+    split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                     max_train_samples=660, verbose=False))
     variant = factors.Variant("batch_size", batch_size=200)
     trainer = factor_trainer.make_trainer(variant, "mlp_h1000", "gpu:0", split, None)

@@ -104,7 +104,7 @@ def test_global_batch_weak_and_strong():
 def _split(n_train: int = 300):
     from gpubench import data, training
 
-    return training.prepare("mlp_h1000", data.load("mnist", source="synthetic",
+    return training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                    max_train_samples=n_train, verbose=False))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import FASHION_DIR, REPO
-from gpubench import data, devices, models, notebook, params, results, training
+from conftest import FASHION_DIR, REPO, chapter_fit
+from gpubench import data, devices, models, notebook, params, results, timing, training
 from gpubench.backends import tensorflow as tf_backend
 
 
@@ -121,25 +121,32 @@ def test_dropout_is_off_when_evaluating():
 
 def test_prepare_splits_like_the_book():
     ds = data.load("mnist", source="synthetic", max_train_samples=1200, verbose=False)
-    split = training.prepare("mlp_h1000", ds)
-    assert split.x_train.shape == (1100, 784) and split.x_val.shape == (100, 784)
-    assert split.x_train.dtype == np.float32 and 0.0 <= split.x_train.min() <= split.x_train.max() <= 1.0
+    (x_train, _), (x_val, _), (x_test, _) = models.prepare(ds, (784,))
+    assert x_train.shape == (1100, 784) and x_val.shape == (100, 784)
+    assert x_test.shape == (len(ds.x_test), 784)
+    assert x_train.dtype == np.float32 and 0.0 <= x_train.min() <= x_train.max() <= 1.0
+    assert training.split("mlp_h1000", ds).x_train.shape == (1100, 784)  # the same, by name
     cifar = data.load("cifar10", source="synthetic", max_train_samples=500, verbose=False)
-    assert training.prepare("cifar_cnn", cifar).x_val.shape == (100, 32, 32, 3)
-    with pytest.raises(ValueError, match="cifar_cnn needs"):
-        training.prepare("cifar_cnn", ds)
+    assert training.split("cifar_cnn", cifar).x_val.shape == (100, 32, 32, 3)
+    assert models.prepare(cifar, (32, 32, 3), validation_fraction=0.5)[1][0].shape[0] == 250
+    with pytest.raises(ValueError, match=r"mnist images are \(28, 28\), but the model takes "
+                                         r"\(32, 32, 3\)"):
+        models.prepare(ds, (32, 32, 3))
 
 
 def test_train_record_is_complete_and_consistent(tmp_path):
+    """The chapter's fit, evaluate and one `record` call: a complete train record."""
     store = results.ResultsStore(tmp_path / "r.jsonl")
     ds = data.load("mnist", source="synthetic", max_train_samples=1200, verbose=False)
     model = training.build_model("mlp_h1000", "cpu")
-    run = training.train(model, ds, epochs=3, batch_size=100, device="cpu", store=store,
-                         env="test", notebook="Mnist_MLP_h1000", verbose=0)
+    made, history = chapter_fit(model, ds, epochs=3, batch_size=100, store=store)
     (record,) = store.read()
+    assert record == made
     results.validate(record)
     assert record["status"] == "ok" and record["data_source"] == "synthetic"
     assert record["model"] == "mlp_h1000" and record["train_samples"] == 1100
+    assert record["validation_samples"] == 100 and record["epochs"] == 3
+    assert record["device"] == "cpu" and record["batch_size"] == 100
     assert len(record["epoch_seconds"]) == 3
     assert record["first_epoch_seconds"] == record["epoch_seconds"][0]
     assert record["steady_epoch_seconds"] == pytest.approx(np.median(record["epoch_seconds"][1:]))
@@ -149,12 +156,21 @@ def test_train_record_is_complete_and_consistent(tmp_path):
     assert record["steps_per_execution"] == 1 and record["input_pipeline"] == "arrays"
     assert record["flops_per_sample"] == 4_764_000
     assert record["achieved_gflops"] == pytest.approx(4_764_000 * record["samples_per_second"] / 1e9)
-    assert record["test_accuracy"] == pytest.approx(run.test_accuracy)
-    assert len(run.history["loss"]) == 3
+    assert record["test_accuracy"] == pytest.approx(history.model.evaluate(
+        *models.prepare(ds, (784,))[2], batch_size=100, verbose=0)[1])
+    assert len(history.history["loss"]) == 3
     assert "synthetic" in training.summary(record) and "NOT the real dataset" in training.summary(record)
 
 
+def test_a_record_needs_the_timer_of_a_device():
+    ds = data.load("mnist", source="synthetic", max_train_samples=200, verbose=False)
+    model = training.build_model("mlp_h1000", "cpu")
+    with pytest.raises(ValueError, match=r"epoch timer of the device.*epoch_timer\(device\)"):
+        training.record(model, None, timing.epoch_timer(), ds, batch_size=100, samples=(1, 1))
+
+
 def test_interrupted_training_keeps_the_epochs_measured(tmp_path):
+    """A fit stopped after two epochs: `record(..., error=)` keeps the two epochs it measured."""
     import keras
 
     class StopAfterTwo(keras.callbacks.Callback):
@@ -165,10 +181,13 @@ def test_interrupted_training_keeps_the_epochs_measured(tmp_path):
     store = results.ResultsStore(tmp_path / "r.jsonl")
     ds = data.load("mnist", source="synthetic", max_train_samples=600, verbose=False)
     model = training.build_model("mlp_h1000", "cpu")
-    original_fit = model.fit
-    model.fit = lambda *a, **k: original_fit(*a, **{**k, "callbacks": k["callbacks"] + [StopAfterTwo()]})
-    with pytest.raises(KeyboardInterrupt):
-        training.train(model, ds, epochs=5, batch_size=100, device="cpu", store=store, verbose=0)
+    timer = timing.epoch_timer("cpu")
+    (x_train, y_train), _, _ = models.prepare(ds, (784,))
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        model.fit(x_train, y_train, batch_size=100, epochs=5, callbacks=[timer, StopAfterTwo()],
+                  verbose=0)
+    training.record(model, None, timer, ds, batch_size=100, samples=(len(x_train), 50),
+                    error=stopped.value, store=store)
     (record,) = store.read()
     assert record["status"] == "error" and "KeyboardInterrupt after 2 epoch(s)" in record["error"]
     assert len(record["epoch_seconds"]) == 2
@@ -208,9 +227,8 @@ def test_mlp_learns_synthetic_data_in_the_quick_profile():
     ds = data.load("mnist", source="synthetic", max_train_samples=quick["max_train_samples"],
                    verbose=False)
     model = training.build_model("mlp_h1000", "cpu")
-    run = training.train(model, ds, epochs=quick["epochs"], batch_size=quick["batch_size"],
-                         device="cpu", verbose=0)
-    assert run.test_accuracy >= 0.90
+    record, _ = chapter_fit(model, ds, epochs=quick["epochs"], batch_size=quick["batch_size"])
+    assert record["test_accuracy"] >= 0.90
 
 
 @pytest.mark.slow  # trains or starts a Python: in `make test`, not in `make check`
@@ -221,9 +239,9 @@ def test_mlp_learns_real_fashion_mnist_in_one_epoch():
     ds = data.load("fashion_mnist", source="dir", data_dir=FASHION_DIR, verbose=False)
     assert ds.source == "dir" and len(ds.x_train) == 60_000
     model = training.build_model("mlp_h1000", "cpu")
-    run = training.train(model, ds, epochs=1, batch_size=100, device="cpu", verbose=0)
-    assert run.record["train_samples"] == 55_000
-    assert run.test_accuracy >= 0.80
+    record, _ = chapter_fit(model, ds, epochs=1, batch_size=100)
+    assert record["train_samples"] == 55_000
+    assert record["test_accuracy"] >= 0.80
 
 
 @pytest.mark.parametrize("seconds, text", [
@@ -233,3 +251,37 @@ def test_the_training_tables_seconds_have_one_format(seconds, text):
     from gpubench.report.format import fmt_seconds
 
     assert fmt_seconds(seconds) == text
+
+
+@pytest.mark.slow  # runs the chapter in a kernel: in `make test`, not in `make check`
+def test_a_learners_own_model_trains_in_the_chapter_and_is_reported(tmp_path, cpu_kernel):
+    """The MLP chapter as a learner edits it: their own model, under a name gpubench has never
+    seen, built and trained by the chapter's cells; its record is in the report's table and
+    charts, by its own name."""
+    import nbformat
+    import papermill
+
+    from gpubench import report
+
+    nb = nbformat.read(REPO / "notebooks" / "Mnist_MLP_h1000.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "def mlp_h1000(" in cell.source:
+            cell.source = (cell.source.replace("def mlp_h1000(", "def tiny_net(")
+                           .replace("Dense(1000,", "Dense(32,").replace('"mlp_h1000"', '"tiny_net"'))
+        cell.source = cell.source.replace("build_model(mlp_h1000,", "build_model(tiny_net,")
+    assert sum("tiny_net" in c.source for c in nb.cells) == 2
+    edited = tmp_path / "Mine.ipynb"
+    nbformat.write(nb, edited)
+    run_dir = tmp_path / "run"
+    papermill.execute_notebook(
+        str(edited), str(tmp_path / "out.ipynb"), kernel_name=cpu_kernel, progress_bar=False,
+        cwd=str(REPO / "notebooks"),
+        parameters=dict(profile="quick", epochs=2, max_train_samples=600, data_source="synthetic",
+                        results_path=str(run_dir / "results.jsonl"), env_name="cpu"))
+    (record,) = results.read_records(run_dir)
+    assert (record["model"], record["status"], record["epochs"]) == ("tiny_net", "ok", 2)
+    assert record["flops_per_sample"] == 6 * (784 * 32 + 32 * 10)
+    assert record["train_samples"] == 550 and record["notebook"] == "Mnist_MLP_h1000"
+    text = report.build([run_dir]).read_text()
+    assert any(line.startswith("| tiny_net |") for line in text.splitlines()), text
+    assert (run_dir / "epoch_times.png").exists()

@@ -231,7 +231,7 @@ def run(
         (progress or (lambda text: None))(note)
     chosen = devices_to_measure(device_names)
     env = env or results.default_env_name()
-    split = training.prepare(model_name, data)
+    split = training.split(model_name, data)
     records = []
     for device in chosen:
         trainers = measure_device(model_name, split, device, values, epochs=epochs,

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpubench.records import (
-    MODEL_TITLES,
     backend_of,
     backend_rank,
     backend_title,
     book_train,
     columns,
     machine_of,
+    model_title,
     ok_records,
 )
 from gpubench.report.format import explained_table, fmt, fmt_seconds
@@ -103,7 +103,7 @@ def rows(records: list[dict]) -> list[list]:
             else:
                 ratio = f"{fmt(rate / theirs, '.2f')}x" if rate and theirs else "–"
                 like = _like_for_like(r, reference)
-            found.append([MODEL_TITLES.get(r["model"], r["model"]), machine_of(r), r["device"],
+            found.append([model_title(r["model"]), machine_of(r), r["device"],
                          backend_title(backend_of(r)) + (f" {version}" if version else ""),
                          r["env"], ", ".join(mode(r).values()),
                          fmt_seconds(r["steady_epoch_seconds"]), fmt(rate, ",.0f"), ratio, like])

@@ -3,7 +3,7 @@ what those numbers say in words (`gpubench.telemetry.text` writes the cells and 
 
 from __future__ import annotations
 
-from gpubench.records import MODEL_TITLES, book_train, columns, ok_records
+from gpubench.records import book_train, columns, model_title, ok_records
 from gpubench.report.checks import TELEMETRY_NUMBERS
 from gpubench.report.format import COLUMN_NOTES, explained_table
 from gpubench.report.training import model_rank
@@ -30,7 +30,7 @@ def _telemetry_records(records: list[dict]) -> list[dict]:
 
 
 def _run_name(record: dict) -> str:
-    name = MODEL_TITLES.get(record["model"], record["model"])
+    name = model_title(record["model"])
     if record["benchmark"] == "scaling":
         name += f", {record.get('replicas')} replica(s)"
     return name

@@ -8,13 +8,13 @@ import math
 from gpubench import factors, params, timing
 from gpubench.records import (
     MODEL_ORDER,
-    MODEL_TITLES,
     backend_of,
     baseline,
     book_train,
     by_model_and_column,
     columns,
     cpu_env,
+    model_title,
     ok_records,
 )
 from gpubench.report import charts
@@ -44,21 +44,21 @@ def rows(records: list[dict]) -> list[list]:
     of the same machine and backend, and the energy of all epochs where it was measured."""
     by_key = by_model_and_column(records)
     found = []
-    for model in MODEL_ORDER:
+    for model in sorted({model for model, _ in by_key}, key=model_rank):
         for column in columns(records):
             if (r := by_key.get((model, column))) is None:
                 continue
             source = r["data_source"] or "?"
             data = (r["dataset"] or "?") + (" **(synthetic)**" if source == "synthetic"
                                             else f" ({source})")
-            first = [MODEL_TITLES[model], column, r["device"], ", ".join(mode(r).values()),
+            first = [model_title(model), column, r["device"], ", ".join(mode(r).values()),
                      fmt(r["epochs"], ""), fmt(r["train_samples"], ",")]
             if r["status"] != "ok":
                 found.append(first + [r["status"].upper()] + ["–"] * 6 + [data])
                 continue
             base = baseline(records, column)
             if base is not None and (model, base) not in by_key:  # the CPU env lacks this model
-                saved, speedup = f"n/a (no {model} run in {base})", "–"
+                saved, speedup = f"n/a (no {model_title(model)} run in {base})", "–"
             else:
                 saved, speedup = _versus(by_key.get((model, base)), r, base is None
                                          and r["env"] != cpu_env(backend_of(r)))
@@ -100,7 +100,7 @@ def profile_lines(records: list[dict]) -> list[str]:
     profiles = sorted({profile_of(r) for r in runs.values()})
     words = _PROFILE_WORDS[profiles[0]].format(epochs=found[0]["epochs"]) if len(profiles) == 1 \
         else "the models ran in different profiles"
-    parts = [f"{MODEL_TITLES.get(m, m)}: {fmt(e, '')} epochs on {fmt(n, ',')} images"
+    parts = [f"{model_title(m)}: {fmt(e, '')} epochs on {fmt(n, ',')} images"
              for m, e, n in runs]
     return [f"Profile: **{', '.join(profiles)}** ({words}) · " + "; ".join(parts) + ".", ""]
 
@@ -164,7 +164,7 @@ def not_like_for_like(records: list[dict]) -> list[str]:
         theirs, ours = mode(base), mode(record)
         if differ := mode_differences(ours, theirs):
             lines.append(
-                f"**Not like for like:** {MODEL_TITLES.get(model, model)}: "
+                f"**Not like for like:** {model_title(model)}: "
                 f"{record['env']}: {', '.join(ours[n] for n in differ)}, "
                 f"{base['env']}: {', '.join(theirs[n] for n in differ)}.")
     return lines
@@ -182,7 +182,7 @@ def unstable(records: list[dict]) -> list[str]:
         if spread <= UNSTABLE_SPREAD:
             continue
         steady = timing.steady(r["epoch_seconds"] or []) or [r["steady_epoch_seconds"]]
-        what = MODEL_TITLES.get(r["model"], r["model"])
+        what = model_title(r["model"])
         if r.get("factor"):
             labels = [row["label"] for row in factors.effects([r])]
             what = f"Speed_Factors {what}, variant {labels[0] if labels else r['factor']}"
@@ -210,7 +210,7 @@ def plot_epoch_bars(records: list[dict], fig=None):
     import numpy as np  # noqa: PLC0415
 
     train = book_train(ok_records(records, "train"))
-    models = [m for m in MODEL_ORDER if any(r["model"] == m for r in train)]
+    models = sorted({r["model"] for r in train}, key=model_rank)
     cols = columns(train)
     by_key = {(r["model"], r["_column"]): r for r in train}
     fig = charts.figure(fig, (4.5 * max(len(models), 1), 4.5))
@@ -230,7 +230,7 @@ def plot_epoch_bars(records: list[dict], fig=None):
                 ax.annotate(fmt_seconds(value), (xi - 0.2, value), ha="center", va="bottom",
                             fontsize="small")
         ax.set_xticks(x, ran, rotation=15, fontsize="small")
-        ax.set(title=MODEL_TITLES.get(model, model), ylabel="seconds per epoch")
+        ax.set(title=model_title(model), ylabel="seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
@@ -290,8 +290,9 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
     lines = []
     if book_train(records):
         lines += ["## Training: the book's table", "",
-                  "Each book model on each machine and env, trained as the book does (15 epochs "
-                  "in the full profile), in the mode each row shows.", "",
+                  "Each model on each machine and env (the book's three first, then any model "
+                  "of your own by its name), trained as the book does (15 epochs in the full "
+                  "profile), in the mode each row shows.", "",
                   *explained_table(TRAINING_HEADERS, rows(records))]
         lines += [line + "\n" for line in not_like_for_like(records)]
     if charts_ is not None and book_train(ok_records(records, "train")):

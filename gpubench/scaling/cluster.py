@@ -145,7 +145,7 @@ def _data(params: dict):
 
     loaded = data.load(params["dataset"], source=params["data_source"], data_dir=params["data_dir"],
                        max_train_samples=params["max_train_samples"])
-    return loaded, training.prepare(params["model"], loaded)
+    return loaded, training.split(params["model"], loaded)
 
 
 def launch_local(count: int, *, profile: str | None = None, out: str | os.PathLike | None = None,

@@ -69,7 +69,7 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     cpus = parallel().cpu_count()
     if virtual_devices is None and chosen[0].startswith("cpu") and cpus > 1:
         virtual_devices = cpus  # the CPU was split before the sweep (XLA_FLAGS, split_cpu)
-    split = training.prepare(model_name, data)
+    split = training.split(model_name, data)
     env = env or results.default_env_name()
     kind = parallel().STRATEGY
     records, base = [], None

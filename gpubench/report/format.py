@@ -35,6 +35,26 @@ def fmt_seconds(value: float | None) -> str:
     return text if text in (MISSING, NOT_A_NUMBER) else f"{text} s"
 
 
+def fmt_time(seconds: float | None) -> str:
+    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none,
+    "n/a" for no finite number (`fmt`'s rule)."""
+    if seconds is None or not math.isfinite(seconds):
+        return fmt(seconds, "")
+    for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
+        value = seconds * scale
+        if float(f"{value:.3g}") < 1000 or unit == "s":
+            return f"{fmt(value, '.0f' if value >= 100 else '.3g')} {unit}"
+    return "–"  # not reached
+
+
+def fmt_rate(gflops: float | None) -> str:
+    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none, "n/a" for no finite number."""
+    if gflops is None or not math.isfinite(gflops):
+        return fmt(gflops, "")
+    return (f"{fmt(gflops / 1e3, ',.0f')} TFLOP/s" if gflops >= 1e4
+            else f"{fmt(gflops, ',.0f')} GFLOP/s")
+
+
 def first_line(text: str | None) -> str:
     """The first line of an error message ("" for none)."""
     return (text or "").strip().partition("\n")[0]

@@ -5,8 +5,6 @@ charts."""
 
 from __future__ import annotations
 
-import math
-
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
 from gpubench.records import (
     BOOK,
@@ -28,7 +26,7 @@ from gpubench.records import (
     sweep_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt
+from gpubench.report.format import explained_table, fmt, fmt_rate, fmt_time
 
 QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
 # How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
@@ -58,26 +56,6 @@ NO_PRODUCT_NOTE = ("> These records hold no product time: gpubench before record
                    "one product per sync, which is the call latency. Their rigorous timings are "
                    "shown as call latency, and no GFLOP/s, % of peak or streaming crossover is "
                    "derived from them.")
-
-
-def fmt_time(seconds: float | None) -> str:
-    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none,
-    "n/a" for no finite number (`fmt`'s rule)."""
-    if seconds is None or not math.isfinite(seconds):
-        return fmt(seconds, "")
-    for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
-        value = seconds * scale
-        if float(f"{value:.3g}") < 1000 or unit == "s":
-            return f"{fmt(value, '.0f' if value >= 100 else '.3g')} {unit}"
-    return "–"  # not reached
-
-
-def fmt_rate(gflops: float | None) -> str:
-    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none, "n/a" for no finite number."""
-    if gflops is None or not math.isfinite(gflops):
-        return fmt(gflops, "")
-    return (f"{fmt(gflops / 1e3, ',.0f')} TFLOP/s" if gflops >= 1e4
-            else f"{fmt(gflops, ',.0f')} GFLOP/s")
 
 
 def aligned_size(size: int, multiple: int = ALIGN_MULTIPLE) -> int:

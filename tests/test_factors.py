@@ -313,7 +313,7 @@ def _on_device_trainer():
     from gpubench import data, training
 
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
-                                                    max_train_samples=660, verbose=False))
+                                                  max_train_samples=660, verbose=False))
     variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
                               input_pipeline="on_device")
     trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)
@@ -488,7 +488,7 @@ def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fak
     from gpubench import data, training
 
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
-                                                    max_train_samples=660, verbose=False))
+                                                  max_train_samples=660, verbose=False))
     variant = factors.Variant("batch_size", batch_size=200)
     trainer = factor_trainer.make_trainer(variant, "mlp_h1000", "gpu:0", split, None)
     trainer.round_seconds = [1.0, 0.01, 0.01]  # as if its rounds were far too short for NVML

@@ -105,7 +105,7 @@ def _split(n_train: int = 300):
     from gpubench import data, training
 
     return training.split("mlp_h1000", data.load("mnist", source="synthetic",
-                                                   max_train_samples=n_train, verbose=False))
+                                                 max_train_samples=n_train, verbose=False))
 
 
 def test_one_replica_step_matches_a_plain_single_device_step():

@@ -592,7 +592,7 @@ def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report)
     code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
                             "performanceTest", "--out", str(tmp_path / "r"))
     jobs = json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]
-    book = sorted(e for e in envs.kernel_specs() if envs.backend_of(e) == "tensorflow")
+    book = sorted(e for e in envs.kernel_specs() if envs.env_backend(e) == "tensorflow")
     assert code == 0 and sorted(j["env"] for j in jobs) == book  # other backends when named
     assert "SKIPPED" not in stdout and len(seen) == len(jobs)
     monkeypatch.setattr(envs, "kernel_specs", dict)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import envs, machine
+from gpubench import backends, envs, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -405,11 +405,11 @@ def test_unsupported_backend_is_refused_before_anything_runs(bin_dir, root, tmp_
 
 
 def test_env_names_backends_and_gpu_envs():
-    assert [envs.env_name(b, g) for b in ("tensorflow", "jax", "torch")
+    assert [backends.env_label(b, g) for b in ("tensorflow", "jax", "torch")
             for g in (False, True)] == ["cpu", "gpu", "jax-cpu", "jax-gpu", "torch-cpu", "torch-gpu"]
-    assert [envs.backend_of(e) for e in envs.ENVS] == ["tensorflow", "tensorflow", "jax", "jax",
+    assert [envs.env_backend(e) for e in envs.ENVS] == ["tensorflow", "tensorflow", "jax", "jax",
                                                        "torch", "torch"]
-    assert envs.backend_of("cpu-noonednn") == "tensorflow"
+    assert envs.env_backend("cpu-noonednn") == "tensorflow"
     gpu_envs = ["gpu", "gpu-2", "jax-gpu", "jax-gpu-a100", "torch-gpu"]
     assert all(envs.is_gpu_env(e) for e in gpu_envs)
     assert not any(envs.is_gpu_env(e) for e in ["cpu", "jax-cpu", "cpu-gpuless", "jax-cpugpu",

@@ -25,6 +25,11 @@ NOT_YET = {"numpy": "numpy cannot train",
 LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
 
 
+def env_label(backend: str, gpu: bool) -> str:
+    """The env label of `backend` with or without a GPU: "cpu", "gpu", "jax-cpu", "torch-gpu"."""
+    return LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
+
+
 class BackendError(ValueError):
     """A Keras backend gpubench does not support; the message says what to use instead."""
 

@@ -21,7 +21,6 @@ from gpubench.envs.kernels import (
     checkout_kernels_dir,
     foreign_kernel,
     kernel_specs,
-    notebooks_dir,
     use_checkout_kernels,
 )
 from gpubench.envs.listing import envs_report
@@ -37,9 +36,8 @@ from gpubench.envs.names import (
     VENV_DIRS,
     VENV_PYTHONS,
     EnvError,
-    backend_of,
     display_name,
-    env_name,
+    env_backend,
     is_gpu_env,
     kernel_name,
     no_gpu_hint,
@@ -48,4 +46,5 @@ from gpubench.envs.names import (
 )
 from gpubench.envs.probing import probe, probe_python
 from gpubench.envs.pythons import conda_envs, driver_python, find_conda
+from gpubench.params import notebooks_dir  # the notebooks the kernels run: params' rule
 from gpubench.rundir import locked  # tests hold the run lock through envs.locked

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpubench import machine  # stdlib-only at import
+from gpubench import backends, machine  # stdlib-only at import
 from gpubench.envs.kernels import checkout_kernels_dir
 from gpubench.envs.names import (
     DEFAULT_BACKENDS,
@@ -23,9 +23,8 @@ from gpubench.envs.names import (
     VENV_DIRS,
     VENV_PYTHONS,
     EnvError,
-    backend_of,
     display_name,
-    env_name,
+    env_backend,
     kernel_name,
     parse_backends,
 )
@@ -104,7 +103,7 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
     with --user. Both specs set KERAS_BACKEND, so no Keras config can pick another backend."""
     kernel = kernel_name(name)
     base = [*python, "-m", "ipykernel", "install", "--user", "--name", kernel,
-            "--display-name", display_name(name), "--env", "KERAS_BACKEND", backend_of(name)]
+            "--display-name", display_name(name), "--env", "KERAS_BACKEND", env_backend(name)]
     env = dict(env if env is not None else os.environ)
     step = f"register the Jupyter kernel {kernel}"
     here = {**env, "JUPYTER_DATA_DIR": str(checkout_kernels_dir(root))}
@@ -234,7 +233,8 @@ def _setup(gpu: bool, chosen: tuple[str, ...], root: Path, echo: Callable) -> in
         echo(f"setup failed: {exc}")
         return 1
     with_gpu = gpu_requested(gpu)
-    names = [env_name(b, False) for b in chosen] + [env_name(b, True) for b in chosen if with_gpu]
+    names = [backends.env_label(b, gpu) for gpu in (False, True) for b in chosen
+             if with_gpu or not gpu]
     if conda:
         echo(f"gpubench setup: conda envs with {conda} (GPUBENCH_CONDA=none uses venvs instead)")
     else:

@@ -1,6 +1,6 @@
 """Where the envs' Jupyter kernels live and what they are: this checkout's kernel folder (first
-on JUPYTER_PATH), the gpubench-* kernel specs, a kernel that runs another checkout's code, and
-the notebooks the kernels run. Stdlib-only at import."""
+on JUPYTER_PATH), the gpubench-* kernel specs, and whether a kernel runs another checkout's
+code. Stdlib-only at import."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ from pathlib import Path
 
 from gpubench.envs.names import KERNEL_PREFIX, EnvError, setup_command
 from gpubench.machine import project_root
-
-
-def notebooks_dir() -> Path:
-    """The source notebooks: this checkout's notebooks/, else those a wheel installed."""
-    here = project_root() / "notebooks"
-    installed = Path(sys.prefix) / "share" / "gpubench" / "notebooks"
-    return here if here.is_dir() or not installed.is_dir() else installed
 
 
 def checkout_kernels_dir(root: Path | None = None) -> Path:

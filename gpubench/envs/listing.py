@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpubench import machine  # stdlib-only at import
 from gpubench.envs import kernels, probing
-from gpubench.envs.names import ENVS, backend_of, is_gpu_env, kernel_name, setup_command
+from gpubench.envs.names import ENVS, env_backend, is_gpu_env, kernel_name, setup_command
 from gpubench.records import BACKEND_TITLES
 
 
@@ -30,7 +30,7 @@ def _problems(info: dict) -> list[str]:
     if info["error"]:
         return [f"ERROR: {info['kernel']}: {info['error']}"]
     warning, lines = f"WARNING: {info['kernel']}: ", []
-    expected = backend_of(info["env"])
+    expected = env_backend(info["env"])
     if info["backend"] and info["backend"] != expected:
         lines.append(warning + f"runs Keras on {info['backend']}, not {expected}; register it "
                      f"again with {setup_command(info['env'])}")
@@ -67,7 +67,7 @@ def envs_report() -> str:
     for env in ENVS:
         if env in specs:
             continue
-        backend = backend_of(env)
+        backend = env_backend(env)
         optional = (f" (optional: Keras on {BACKEND_TITLES[backend]})"
                     if backend != "tensorflow" else "")
         notes.append(f"{env}: not set up{optional} (no kernel {kernel_name(env)}); " + (

@@ -10,7 +10,8 @@ from gpubench.records import BACKEND_TITLES
 
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs
-ENVS = ("cpu", "gpu", "jax-cpu", "jax-gpu", "torch-cpu", "torch-gpu")  # every env setup can make
+# every env setup can make: cpu, gpu, jax-cpu, jax-gpu, torch-cpu, torch-gpu
+ENVS = tuple(backends.env_label(b, gpu) for b in backends.SUPPORTED for gpu in (False, True))
 DEFAULT_BACKENDS = ("tensorflow",)
 CONDA_TOOLS = ("mamba", "conda", "micromamba")
 VENV_DIRS = {"cpu": ".venv", "gpu": ".venv-gpu", "jax-cpu": ".venv-jax", "jax-gpu": ".venv-jax-gpu",
@@ -38,7 +39,7 @@ def setup_command(env: str = "cpu") -> str:
     (a wheel, no Makefile) pip's extra of gpubench, then `gpubench run --here` in that Python."""
     if machine.checkout() is not None:
         return SETUP_COMMANDS.get(env, SETUP_COMMANDS["cpu"])
-    backend = backend_of(env)
+    backend = env_backend(env)
     chosen = "" if backend == "tensorflow" else f"KERAS_BACKEND={backend} "
     own = " in a Python of its own" if is_gpu_env(env) else ""
     return (f"`pip install 'gpubench[{EXTRAS.get(env, 'cpu')}]'`{own}, then "
@@ -48,7 +49,7 @@ def setup_command(env: str = "cpu") -> str:
 def no_gpu_hint(backend: str) -> str:
     """Where a chapter that saw no GPU on `backend` gets one: that backend's GPU env, and the
     command that makes it where the user is."""
-    env = env_name(backend, True)
+    env = backends.env_label(backend, True)
     where = (f"in the {kernel_name(env)} kernel" if machine.checkout() is not None
              else f"where {BACKEND_TITLES.get(backend, backend)} sees a GPU")
     return f"Run this notebook {where}: {setup_command(env)}. Or see `gpubench doctor`."
@@ -68,22 +69,16 @@ def display_name(env: str) -> str:
     return f"Python 3 ({kernel_name(env)})"
 
 
-def backend_of(env: str) -> str:
+def env_backend(env: str) -> str:
     """The Keras backend env `env` runs: "jax" for jax-cpu/jax-gpu/jax-..., "torch" for
     torch-..., else "tensorflow"."""
     return next((name for name, prefix in backends.LABEL_PREFIX.items()
                  if prefix and env.startswith(prefix)), "tensorflow")
 
 
-def env_name(backend: str, gpu: bool) -> str:
-    """The env of a backend and a device kind: ("tensorflow", False) -> "cpu", ("jax", True)
-    -> "jax-gpu"."""
-    return backends.LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
-
-
 def is_gpu_env(env: str) -> bool:
     """Whether env `env` is meant to use a GPU: gpu, jax-gpu, torch-gpu, and variants gpu-..."""
-    kind = env.removeprefix(backends.LABEL_PREFIX.get(backend_of(env), ""))
+    kind = env.removeprefix(backends.LABEL_PREFIX.get(env_backend(env), ""))
     return kind == "gpu" or kind.startswith("gpu-")
 
 

@@ -55,7 +55,6 @@ from gpubench.runner.targets import (
     check_envs,
     check_reachable,
     check_runnable,
-    env_label,
     env_problems,
     here_target,
     kernel_target,

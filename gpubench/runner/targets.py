@@ -48,12 +48,6 @@ def _or_envs() -> str:
     return ", or run without --here in the envs `make setup` creates" if machine.checkout() else ""
 
 
-def env_label(backend: str, seen: list[str]) -> str:
-    """An env's label from its backend and the devices it sees: cpu, gpu, jax-cpu, jax-gpu."""
-    kind = "gpu" if any(d.startswith("gpu") for d in seen) else "cpu"
-    return backends.LABEL_PREFIX.get(backend, f"{backend}-") + kind
-
-
 def _kernel_spec(name: str):
     """jupyter_client's KernelSpec of kernel `name`, or None when no such kernel exists."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel  # noqa: PLC0415
@@ -100,7 +94,7 @@ def here_target() -> tuple[str, Target]:
     if error := _probe(target, here_env(target)):
         raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env"
                          + _or_envs())
-    return env_label(target.backend, target.devices), target
+    return backends.env_label(target.backend, bool(target.gpus)), target
 
 
 def kernel_target(name: str) -> tuple[str, Target]:
@@ -122,7 +116,7 @@ def kernel_target(name: str) -> tuple[str, Target]:
     if error := _probe(target, {**os.environ, **spec.env}):
         raise UsageError(f"--kernel {name!r}: its Python {python} cannot run gpubench ({error}); "
                          "install gpubench there, or use another kernel")
-    return env_label(target.backend, target.devices), target
+    return backends.env_label(target.backend, bool(target.gpus)), target
 
 
 def check_envs(names: list[str] | None) -> dict[str, Target]:
@@ -136,7 +130,7 @@ def check_envs(names: list[str] | None) -> dict[str, Target]:
                              + ("run `make setup`, or " if machine.checkout() else "")
                              + "`gpubench run --here` to use this Python")
         # the book's TensorFlow envs; other backends' envs only when named (--envs jax-cpu)
-        book = {env: spec for env, spec in specs.items() if envs.backend_of(env) == "tensorflow"}
+        book = {env: spec for env, spec in specs.items() if envs.env_backend(env) == "tensorflow"}
         return {env: _standard_target(env, spec, named=False)
                 for env, spec in (book or specs).items()}
     known = list(dict.fromkeys([*envs.STANDARD_ENVS, *sorted(specs)]))

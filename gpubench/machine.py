@@ -35,12 +35,8 @@ def run(cmd: list[str], timeout: float = 20) -> str | None:
 
 
 def nvidia_smi(*args: str) -> str | None:
-    """What `nvidia-smi ARGS` prints, or None when the command is missing or fails."""
-    try:
-        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):  # missing, not executable, or hung
-        return None
-    return out.stdout if out.returncode == 0 else None
+    """What `nvidia-smi ARGS` prints (stripped), or None when it is missing, fails or hangs."""
+    return run(["nvidia-smi", *args])
 
 
 def nvidia_smi_gpus() -> list[str] | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -32,8 +31,9 @@ from gpubench.runner.targets import (
     check_reachable,
     check_runnable,
     env_problems,
-    here_env,
     here_target,
+    kernel_environ,
+    kernel_spec,
     kernel_target,
 )
 
@@ -117,12 +117,10 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
 def check_kernels_start(targets: dict[str, Target], path: Path) -> None:
     """On resume, before any attempt is claimed: the kernel of each env with work left can start
     (the Python its kernel spec runs exists), else a UsageError naming the kernel and the fix."""
-    from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - `run` only
-
     for env, target in targets.items():
         if target.how == "here":
             continue  # check_reachable looked for its Python
-        argv = KernelSpecManager().get_kernel_spec(target.kernel).argv
+        argv = kernel_spec(target.kernel).argv
         python = argv[0] if argv else ""
         if not shutil.which(python):
             fix = (f"re-create the env with {envs.setup_command(env)}"
@@ -137,13 +135,10 @@ def check_xla_flags(targets: dict[str, Target]) -> None:
     """Before any kernel: a TensorFlow env given XLA_FLAGS compiles one small XLA function in its
     own Python (TensorFlow reads the flags only then, and aborts on one it does not know, as
     JAX's probe does at start); a refusal is a UsageError quoting TensorFlow's line."""
-    from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415 - `run` only
-
     for env, target in targets.items():
         if target.backend != "tensorflow" or not target.python:
             continue
-        environ = here_env(target) if target.how == "here" else {
-            **os.environ, **KernelSpecManager().get_kernel_spec(target.kernel).env}
+        environ = kernel_environ(target)
         if not (flags := environ.get("XLA_FLAGS")):
             continue
         check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"

@@ -48,7 +48,7 @@ def _or_envs() -> str:
     return ", or run without --here in the envs `make setup` creates" if machine.checkout() else ""
 
 
-def _kernel_spec(name: str):
+def kernel_spec(name: str):
     """jupyter_client's KernelSpec of kernel `name`, or None when no such kernel exists."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel  # noqa: PLC0415
 
@@ -76,10 +76,18 @@ def _probe(target: Target, env: dict[str, str]) -> str | None:
 def here_env(target: Target) -> dict[str, str]:
     """The environment of a `--here` kernel and of its probe: this process's, with its backend
     fixed and this gpubench importable (PYTHONPATH) from the notebooks' folder."""
-    source = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in [source, os.environ.get("PYTHONPATH", "")] if p)
+    path = os.pathsep.join(p for p in [str(machine.project_root()),
+                                       os.environ.get("PYTHONPATH", "")] if p)
     extra = {"KERAS_BACKEND": target.backend} if target.backend else {}
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def kernel_environ(target: Target) -> dict[str, str]:
+    """The environment the kernel of `target` starts with: its spec's `env` on top of this
+    process's, or here_env (before the runner's per-job additions)."""
+    if target.how == "here":
+        return here_env(target)
+    return {**os.environ, **kernel_spec(target.kernel).env}
 
 
 def here_target() -> tuple[str, Target]:
@@ -101,7 +109,7 @@ def kernel_target(name: str) -> tuple[str, Target]:
     """`--kernel NAME`: an existing Jupyter kernel, labelled by probing the Python it runs."""
     from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415
 
-    spec = _kernel_spec(name)
+    spec = kernel_spec(name)
     if spec is None:
         known = ", ".join(sorted(KernelSpecManager().find_kernel_specs())) or "none"
         raise UsageError(f"--kernel {name!r}: no such Jupyter kernel; use one of: {known} "
@@ -168,7 +176,7 @@ def check_reachable(targets: dict[str, Target], path: Path) -> None:
             if not target.python or not Path(target.python).exists():
                 raise UsageError(f"{path}: envs.{env}.python {target.python!r} no longer exists; "
                                  f"{NEW_RUN}")
-        elif _kernel_spec(target.kernel or "") is None:
+        elif kernel_spec(target.kernel or "") is None:
             raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} is no longer a Jupyter "
                              f"kernel; register it again ({envs.setup_command(env)}), or {NEW_RUN}")
 

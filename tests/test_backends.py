@@ -115,17 +115,23 @@ def test_without_the_sync_a_timed_jax_matmul_would_end_before_its_work(monkeypat
     assert seen[-1].is_ready()  # the real sync waited for it before the clock stopped
 
 
-@pytest.mark.jax
-def test_jax_gpu_guard_on_a_cpu_only_jaxlib_names_the_fix(fake_command, monkeypatch):
+# What the GPU guard of a CPU-only build names, by backend: the backend, and its own fix.
+CPU_ONLY_FIX = {"jax": ("JAX sees none", "CPU-only", 'pip install "jax[cuda12]"'),
+                "torch": ("PyTorch sees none", "CPU-only build", "gpubench-torch-gpu",
+                          "torch==2.13.*")}
+
+
+@pytest.mark.parametrize("name", [pytest.param("jax", marks=pytest.mark.jax),
+                                  pytest.param("torch", marks=pytest.mark.torch)])
+def test_gpu_guard_on_a_cpu_only_build_names_the_fix(name, fake_command, monkeypatch):
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake_command("nvidia-smi", H200)
-    assert not backends.current().is_cuda_build()
+    assert backends.current().NAME == name and not backends.current().is_cuda_build()
     with pytest.raises(devices.GPUNotAvailableError) as info:
         devices.resolve("gpu")
     text = str(info.value)
-    assert "JAX sees none" in text and "NVIDIA H200" in text and "CPU-only" in text
-    assert 'pip install "jax[cuda12]"' in text
+    assert "NVIDIA H200" in text and all(words in text for words in CPU_ONLY_FIX[name])
     with pytest.warns(UserWarning, match="runs on the CPU although nvidia-smi lists a GPU"):
         assert devices.resolve("auto") == "cpu"  # never silently
 
@@ -314,20 +320,6 @@ def test_torch_xla_on_is_torch_compile_and_the_record_says_what_ran(xla, compile
     model.make_train_function()
     wrapped = hasattr(model.train_function, "_torchdynamo_orig_callable")
     assert wrapped is compiled  # Keras's jit_compile=True on torch is torch.compile
-
-
-@pytest.mark.torch
-def test_torch_gpu_guard_on_a_cpu_only_build_names_the_fix(fake_command, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    fake_command("nvidia-smi", H200)
-    assert not backends.current().is_cuda_build()
-    with pytest.raises(devices.GPUNotAvailableError) as info:
-        devices.resolve("gpu")
-    text = str(info.value)
-    assert "PyTorch sees none" in text and "NVIDIA H200" in text and "CPU-only build" in text
-    assert "gpubench-torch-gpu" in text and "torch==2.13.*" in text
-    with pytest.warns(UserWarning, match="runs on the CPU although nvidia-smi lists a GPU"):
-        assert devices.resolve("auto") == "cpu"  # never silently
 
 
 @pytest.mark.torch

@@ -18,62 +18,49 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gpubench import backends, machine
+from gpubench import backends, machine, schema
 from gpubench import telemetry as gb_telemetry
 
-SCHEMA = 4
+RECORD = schema.load("record")  # the one declaration of a record: gpubench/schemas/
+KNOWN_SCHEMAS = tuple(RECORD["properties"]["schema"]["enum"])
+SCHEMA = max(KNOWN_SCHEMAS)
 # Versions this code reads: 1 lacks `attempt` (read as 1) and the mode fields (read as None);
 # 1 and 2 lack `backend` (read as "tensorflow", the only one then) and `telemetry` (None);
 # up to 3, a rigorous or peak matmul's `seconds` was one call up to its sync: read as
 # `call_seconds`, its product-time fields as None (see _matmul_as_schema_4).
-KNOWN_SCHEMAS = (1, 2, 3, 4)
-# The mode a training ran in: what Keras resolved, not what was asked for.
+# The mode a training ran in (schema 2): what Keras resolved, not what was asked for.
 SCHEMA_2_FIELDS = ("jit_compile", "precision", "steps_per_execution", "input_pipeline",
                    "flops_per_sample", "achieved_gflops")
-
-COMMON_FIELDS = ("schema", "run_id", "env", "notebook", "benchmark", "device", "status", "error",
-                 "timestamp", "attempt", "backend", "telemetry", "environment")
-MATMUL_FIELDS = ("size", "dtype", "method", "seconds", "seconds_min", "seconds_max", "repeats",
-                 "gflops", "call_seconds")
 # A rigorous or peak matmul's product-time fields (schema 4): blocks of products, one sync each.
 PRODUCT_TIME_FIELDS = ("seconds", "seconds_min", "seconds_max", "seconds_iqr", "gflops",
                        "products_per_block")
-TRAIN_FIELDS = ("model", "dataset", "data_source", "epochs", "batch_size", "train_samples",
-                "epoch_seconds", "first_epoch_seconds", "steady_epoch_seconds", "total_seconds",
-                "samples_per_second", "test_accuracy", "test_loss") + SCHEMA_2_FIELDS
-SCALING_FIELDS = TRAIN_FIELDS + ("strategy", "replicas", "workers", "global_batch_size",
-                                 "per_replica_batch_size", "scaling", "scaling_efficiency")
-# Per-epoch telemetry lists of train and scaling records (gpubench.telemetry.epoch_fields).
-EPOCH_TELEMETRY = ("epoch_energy_joules", "epoch_gpu_util_percent", "epoch_cpu_util_percent",
-                   "epoch_clock_event_reasons")
-# Fields beyond DESIGN.md's list that gpubench also records.
-EXTRA_FIELDS = {
-    "matmul": ("first_seconds", "seconds_iqr", "spec_peak_gflops", "products_per_block",
-               "warm_seconds", "aligned_from", "reused_from_attempt"),
-    "train": ("validation_samples", "steady_epoch_iqr", "factor", "steps_measured",
-              "time_boxed", "steady_epoch_min", "paired_baseline_seconds", "data_verified",
-              "busy_region", *EPOCH_TELEMETRY),
-    "scaling": ("validation_samples", "steady_epoch_iqr", "steady_epoch_min", "all_reduce",
-                "virtual_devices", "devices", "final_loss", "data_verified",
-                *EPOCH_TELEMETRY),
-}
-BENCHMARK_FIELDS = {"matmul": MATMUL_FIELDS, "train": TRAIN_FIELDS, "scaling": SCALING_FIELDS}
-ENVIRONMENT_FIELDS = ("python", "tensorflow", "keras", "backend", "cuda_build", "cuda_version",
-                      "cudnn_version", "os", "cpu_model", "cpu_count", "ram_gb", "gpus",
-                      "git_commit", "hostname", "tf_env")
+STATUSES = tuple(RECORD["properties"]["status"]["enum"])
+COMMON_FIELDS = tuple(RECORD["required"])
+_ENVIRONMENT = RECORD["properties"]["environment"]
+ENVIRONMENT_FIELDS = tuple(_ENVIRONMENT["required"])
 # Schema 3 adds these to the environment (absent from older records).
-ENVIRONMENT_FIELDS_3 = ("backend_version", "jax", "backend_settings")
-STATUSES = ("ok", "oom", "error", "skipped")
-# Types of the fields the report computes with (None: a value may be missing).
-_NUMBER = (int, float, type(None))
-FIELD_TYPES = {
-    "run_id": str, "env": str, "notebook": str, "device": str, "attempt": int, "environment": dict,
-    "size": int, "method": (str, type(None)), "seconds": _NUMBER, "gflops": _NUMBER,
-    "model": (str, type(None)), "epochs": (int, type(None)), "train_samples": (int, type(None)),
-    "total_seconds": _NUMBER, "steady_epoch_seconds": _NUMBER, "replicas": (int, type(None)),
-    "call_seconds": _NUMBER, "warm_seconds": _NUMBER, "products_per_block": (int, type(None)),
-    "aligned_from": (int, type(None)), "reused_from_attempt": (int, type(None)),
-}
+ENVIRONMENT_FIELDS_3 = tuple(k for k in _ENVIRONMENT["properties"] if k not in ENVIRONMENT_FIELDS)
+
+
+def _declared(part: dict, benchmark: str) -> dict[str, dict]:
+    """The fields `part` of the record schema declares for a `benchmark` record, each with its
+    first declaration, through "$ref", "allOf" and "then" (not the branches of other kinds)."""
+    part = schema.resolve(RECORD, part)
+    found = dict(part.get("properties", {}))
+    branches = [*part.get("allOf", ())]
+    if "then" in part and part["if"]["properties"].get("benchmark", {}).get("const") in (
+            None, benchmark):
+        branches.append(part["then"])
+    for branch in branches:
+        for name, rule in _declared(branch, benchmark).items():
+            found.setdefault(name, rule)
+    return found
+
+
+BENCHMARKS = tuple(RECORD["properties"]["benchmark"]["enum"])
+# Every field a record of each benchmark may hold (make_record writes them all, None where
+# not measured), in the schema's order.
+FIELDS = {benchmark: tuple(_declared(RECORD, benchmark)) for benchmark in BENCHMARKS}
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
                 errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied"}
 
@@ -128,11 +115,11 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
                 error: str | None = None, environment: dict | None = None,
                 telemetry: dict | None = None, **fields: Any) -> dict:
     """Build one record with every schema field present (missing measurements are None)."""
-    if benchmark not in BENCHMARK_FIELDS:
-        raise ValueError(f"unknown benchmark {benchmark!r}; use one of {sorted(BENCHMARK_FIELDS)}")
-    allowed = BENCHMARK_FIELDS[benchmark] + EXTRA_FIELDS[benchmark]
+    if benchmark not in FIELDS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; use one of {list(BENCHMARKS)}")
+    allowed = [name for name in FIELDS[benchmark] if name not in COMMON_FIELDS]
     if unknown := sorted(set(fields) - set(allowed)):
-        raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {list(allowed)}")
+        raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {allowed}")
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
@@ -147,6 +134,13 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
     return record | {name: fields.get(name) for name in allowed}
 
 
+@functools.cache
+def checker(ranges: bool = False) -> schema.Checker:
+    """The record schema compiled once: with `ranges`, all of it (what the report needs);
+    without, the fields and their types (what the writer and every reader hold to)."""
+    return schema.Checker(RECORD if ranges else schema.types_only(RECORD))
+
+
 def validate(record: dict) -> None:
     """Raise ValueError naming the first field of `record` that is missing or of a wrong type.
 
@@ -154,23 +148,31 @@ def validate(record: dict) -> None:
     """
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
-    benchmark = record.get("benchmark")
-    if not isinstance(benchmark, str) or benchmark not in BENCHMARK_FIELDS:
-        raise ValueError(f"record has unknown benchmark {benchmark!r}; "
-                         f"expected one of {sorted(BENCHMARK_FIELDS)}")
-    for name in COMMON_FIELDS + BENCHMARK_FIELDS[benchmark] + EXTRA_FIELDS[benchmark]:
-        if name not in record:
-            if name in EXTRA_FIELDS[benchmark]:
-                continue
-            raise ValueError(f"{benchmark} record lacks the field {name!r}")
-        wanted, value = FIELD_TYPES.get(name), record[name]
-        if wanted and (isinstance(value, bool) or not isinstance(value, wanted)):
-            raise ValueError(f"{benchmark} field {name!r} has the wrong type: {value!r}")
-    status = record["status"]
-    if not isinstance(status, str) or status not in STATUSES:
-        raise ValueError(f"record has unknown status {status!r}; expected one of {STATUSES}")
-    if missing := [k for k in ENVIRONMENT_FIELDS if k not in record["environment"]]:
-        raise ValueError(f"record environment lacks {missing}")
+    stored = checker()
+    if not stored.valid(record):
+        raise ValueError(_wrong(record, next(stored.errors(record))))
+
+
+def _wrong(record: dict, error: Any) -> str:
+    """A record's first error in words, naming the field."""
+    kind = record.get("benchmark") if record.get("benchmark") in BENCHMARKS else "record"
+    path = schema.field_path(error)
+    name = ".".join(path)
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        return (f"record {name} lacks {missing}" if path
+                else f"{kind} record lacks the field {missing[0]!r}")
+    if error.validator == "enum" and name in ("benchmark", "status"):
+        return (f"record has unknown {name} {error.instance!r}; expected one of "
+                f"{list(error.validator_value)}")
+    return f"{kind} field {name!r} has the wrong type: {value_at(record, path)!r}"
+
+
+def value_at(record: dict, path: list[str]) -> Any:
+    """The value at `path` ("telemetry", "energy_joules") of `record`."""
+    for name in path:
+        record = record[name]
+    return record
 
 
 def _json_safe(value: Any) -> Any:
@@ -233,9 +235,16 @@ def _append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _no_negative_zero(text: str) -> float:
-    """A JSON number as a float, -0.0 read as 0.0: no measurement is "minus zero"."""
-    return float(text) + 0.0
+def _json_number(text: str) -> float | None:
+    """A JSON number as a float: -0.0 read as 0.0 (no measurement is "minus zero"), and one past
+    a float's range (1e309) as None, as the writer stores a value that is not finite."""
+    value = float(text) + 0.0
+    return value if math.isfinite(value) else None
+
+
+def _not_a_number(name: str) -> None:
+    """NaN, Infinity and -Infinity, which Python writes but JSON has not: read as null."""
+    return None
 
 
 def parse_line(line: str | bytes) -> dict:
@@ -247,7 +256,7 @@ def parse_line(line: str | bytes) -> dict:
             raise ValueError(f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
                              f"{exc.start + 1}): a damaged line") from None
     try:
-        record = json.loads(line, parse_float=_no_negative_zero)
+        record = json.loads(line, parse_float=_json_number, parse_constant=_not_a_number)
     except (json.JSONDecodeError, RecursionError):
         raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
     if not isinstance(record, dict):

@@ -47,23 +47,40 @@ def _section(markdown: str, marker: str) -> str:
     return found
 
 
-def test_records_page_documents_every_field_the_code_writes():
-    text = _text(RECORDS)
-    documented = _table_names(text)
-    fields = set(results.COMMON_FIELDS)
-    for benchmark, names in results.BENCHMARK_FIELDS.items():
-        fields |= set(names) | set(results.EXTRA_FIELDS.get(benchmark, ()))
-    fields |= set(getattr(results, "EPOCH_TELEMETRY", ()))
-    assert not (missing := sorted(fields - documented)), \
-        f"docs/records.md lacks a table row for {missing}"
-    environment = set(results.ENVIRONMENT_FIELDS) | set(
-        getattr(results, "ENVIRONMENT_FIELDS_3", ()))
-    env_rows = _table_names(_section(text, "`environment`"))
-    assert not (missing := sorted(environment - env_rows)), \
-        f"docs/records.md's environment table lacks {missing}"
-    telemetry_rows = _table_names(_section(text, "`telemetry`"))
-    assert not (missing := sorted(set(telemetry.FIELDS) - telemetry_rows)), \
-        f"docs/records.md's telemetry table lacks {missing}"
+def _documented(text: str) -> tuple[set[str], set[str], set[str]]:
+    """The field names docs/records.md's tables list: of a record, its environment, telemetry."""
+    sections = _sections(text)
+    objects = [heading for heading in sections if "`environment`" in heading or "`telemetry`" in heading]
+    record = set().union(*(_table_names(body) for heading, body in sections.items()
+                           if heading not in objects))
+    return record, _table_names(_section(text, "`environment`")), _table_names(
+        _section(text, "`telemetry`"))
+
+
+def _schema_names() -> tuple[set[str], set[str], set[str]]:
+    """The field names the record schema declares: of a record, its environment, telemetry."""
+    return (set().union(*map(set, results.FIELDS.values())),
+            set(results.RECORD["properties"]["environment"]["properties"]),
+            set(results.RECORD["$defs"]["telemetry"]["properties"]))
+
+
+def test_records_page_and_the_record_schema_name_the_same_fields():
+    """docs/records.md is tested against gpubench/schemas/record.schema.json both ways."""
+    for part, documented, declared in zip(("record", "environment", "telemetry"),
+                                          _documented(_text(RECORDS)), _schema_names(), strict=True):
+        assert not (missing := sorted(declared - documented)), \
+            f"docs/records.md's {part} tables lack {missing}"
+        assert not (extra := sorted(documented - declared)), \
+            f"docs/records.md's {part} tables name {extra}, which the schema does not declare"
+    assert set(telemetry.FIELDS) == _schema_names()[2]  # what a Monitor writes
+
+
+def test_the_records_page_check_fails_on_a_field_missing_either_way():
+    """The check above can fail: a field the page lacks, or one the schema lacks, is found."""
+    record, _, _ = _documented(_text(RECORDS))
+    assert "no_such_field_xyz" not in record and {"schema", "backend", "size"} <= record
+    declared, _, _ = _schema_names()
+    assert record - {"size"} != declared and record | {"no_such_field_xyz"} != declared
 
 
 def test_records_page_documents_the_per_epoch_telemetry_lists():

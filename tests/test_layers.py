@@ -33,7 +33,7 @@ LAYERS = {
     # The record schema and store, the queries over records, and the run directory's lock and
     # atomic writes. Below the measurements, which write records (results.make_record) and
     # hold the run-directory lock (scaling's workers).
-    "records": ["gpubench.results", "gpubench.records", "gpubench.rundir"],
+    "records": ["gpubench.schema", "gpubench.results", "gpubench.records", "gpubench.rundir"],
     # The chapters' engines, and what a chapter does first (`notebook.start`). No measurement
     # imports `notebook`: its rules live in `params` (asserted below).
     "measurements": ["gpubench.matmul", "gpubench.training", "gpubench.factors",

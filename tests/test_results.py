@@ -22,7 +22,7 @@ def _record(**fields):
 
 def test_record_has_every_schema_field():
     record = _record()
-    for name in results.COMMON_FIELDS + results.MATMUL_FIELDS:
+    for name in results.FIELDS["matmul"]:
         assert name in record
     assert record["schema"] == results.SCHEMA and record["status"] == "ok"
 
@@ -297,3 +297,59 @@ def test_minus_zero_is_read_as_zero(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(_record(seconds=-0.0, gflops=-0.0)) + "\n")
     record = results.read_records(tmp_path)[0]
     assert str(record["seconds"]) == "0.0" and str(record["gflops"]) == "0.0"
+
+
+def test_nan_infinity_and_a_number_past_a_float_are_read_as_null(tmp_path):
+    line = json.dumps(_record(seconds=float("nan"), gflops=float("inf"))).replace(
+        '"seconds_min": null', '"seconds_min": 1e999')
+    (tmp_path / "results.jsonl").write_text(line + "\n")
+    assert "NaN" in line and "Infinity" in line and "1e999" in line
+    record = results.read_records(tmp_path)[0]
+    assert record["seconds"] is None and record["gflops"] is None
+    assert record["seconds_min"] is None
+
+
+# ---- the record schema: one declaration, a valid draft 2020-12 schema, compiled the same
+
+def test_the_record_schema_is_a_valid_draft_2020_12_schema_and_declares_what_is_written():
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(results.RECORD)
+    assert results.SCHEMA == 4 and results.KNOWN_SCHEMAS == (1, 2, 3, 4)
+    for benchmark in results.BENCHMARKS:  # make_record writes exactly the declared fields
+        record = results.make_record(benchmark, notebook="nb", env="cpu", device="cpu",
+                                     environment={k: None for k in results.ENVIRONMENT_FIELDS})
+        assert tuple(record) == tuple(dict.fromkeys((*results.COMMON_FIELDS,
+                                                     *results.FIELDS[benchmark]))), benchmark
+
+
+def test_the_compiled_check_and_jsonschema_agree_on_mutated_records():
+    """The fast path (fastjsonschema, the schema inlined) decides as jsonschema does, at both
+    levels, for records with any field of any kind mutated."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from test_report import _fuzz_base, _mutated, _paths
+
+    base = [results.parse_line(json.dumps(r)) for r in _fuzz_base()]
+    values = st.sampled_from([None, -1, -0.5, 0, 1, 1.0, 2**53 + 1, 1e308, "", " ", "x", "None",
+                              " -0 ", "nan", True, [], [None], [-1.0], [1, "x"], [[1]], {},
+                              {"a": None}, "DELETE"])
+
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def one(data):
+        record = data.draw(st.sampled_from(base))
+        path = data.draw(st.sampled_from(_paths(record)))
+        record = _mutated(record, path, data.draw(values))
+        for ranges in (False, True):
+            checker = results.checker(ranges)
+            try:
+                checker._fast(record)
+                fast = True
+            except Exception:  # noqa: BLE001 - any failure of the compiled check counts
+                fast = False
+            assert fast == (next(checker.errors(record), None) is None), (path, ranges, record)
+
+    one()

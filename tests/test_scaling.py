@@ -195,7 +195,7 @@ def test_chapter_with_two_virtual_devices_records_replicas_1_and_2(tmp_path, cpu
         results.validate(record)
         assert record["benchmark"] == "scaling" and record["status"] == "ok"
         synthetic = record["data_source"] == "synthetic"  # data_verified: None, not checksummed
-        for name in results.SCALING_FIELDS + results.EXTRA_FIELDS["scaling"]:
+        for name in set(results.FIELDS["scaling"]) - set(results.COMMON_FIELDS):
             assert record[name] is not None or (name == "data_verified" and synthetic), name
         assert record["data_verified"] is (None if synthetic else record["data_verified"])
         assert record["strategy"] == "mirrored" and record["workers"] == 1

@@ -1,0 +1,147 @@
+"""The JSON Schemas gpubench writes and reads its files by (gpubench/schemas/: a results record,
+run.json): each field's type and range is written there once. This module loads a schema,
+compiles it once, and says in words what a failing field should be.
+
+A check is fast where the value is valid (fastjsonschema's compiled code, as nbformat does) and
+exact where it is not (jsonschema's errors, draft 2020-12, each naming its field).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema
+
+FOLDER = Path(__file__).parent / "schemas"
+# The keywords of a value's range and form; without them a schema asks only for fields and types.
+RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})
+# A JSON type in words, as an error message says what it expects.
+TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number",
+              "boolean": "true or false", "object": "a JSON object", "array": "a list",
+              "null": "null"}
+
+
+@functools.cache
+def load(name: str) -> dict:
+    """The schema gpubench/schemas/NAME.schema.json."""
+    return json.loads((FOLDER / f"{name}.schema.json").read_text(encoding="utf-8"))
+
+
+def resolve(root: dict, part: dict) -> dict:
+    """`part`, or the definition its "$ref" ("#/$defs/NAME") points to in `root`."""
+    return root["$defs"][part["$ref"].rsplit("/", 1)[1]] if "$ref" in part else part
+
+
+def types_only(part: Any) -> Any:
+    """`part` without ranges and without the fields marked droppable, each value kind ($defs)
+    taking null: what a file must hold to be read at all (a writer that was not given a value
+    stores null; a droppable field costs only itself, where the report looks at it)."""
+    if isinstance(part, list):
+        return [types_only(v) for v in part]
+    if not isinstance(part, dict):
+        return part
+    if part.get("droppable") is True:
+        return True
+    kept = {k: types_only(v) for k, v in part.items() if k not in RANGE_KEYWORDS}
+    if "$defs" in kept:
+        kept["$defs"] = {name: _or_null(kind) for name, kind in kept["$defs"].items()}
+    return kept
+
+
+def _or_null(part: Any) -> Any:
+    """`part`, taking null as well where it names a type."""
+    types = part.get("type") if isinstance(part, dict) else None
+    if types is None or "null" in types:
+        return part
+    return {**part, "type": [*([types] if isinstance(types, str) else types), "null"]}
+
+
+# Keywords that apply to a value of any type: "X or null" is X taking null only without them.
+_ANY_TYPE = frozenset({"not", "anyOf", "allOf", "if", "const", "enum"})
+
+
+def inlined(root: dict, part: Any) -> Any:
+    """`part` with each "$ref" replaced by the definition it names, and each "X or null"
+    (anyOf) of a typed X written as X taking null: the same checks, in the form that compiled
+    code runs fastest (an anyOf tries each option and catches the failure)."""
+    if isinstance(part, list):
+        return [inlined(root, v) for v in part]
+    if not isinstance(part, dict):
+        return part
+    if "$ref" in part:
+        return inlined(root, resolve(root, part))
+    part = {k: inlined(root, v) for k, v in part.items() if k != "$defs"}
+    options = part.get("anyOf", ())
+    if len(options) == 2 and {"type": "null"} in options:
+        (other,) = [o for o in options if o != {"type": "null"}]
+        if "type" in other and not _ANY_TYPE & set(other):
+            part = {**{k: v for k, v in part.items() if k != "anyOf"}, **_or_null(other)}
+    return part
+
+
+def words(root: dict, part: dict | bool) -> str:
+    """What `part` asks for, in words: its description, else built from its types ("a list of
+    (a finite number >= 0) or null")."""
+    if not isinstance(part, dict):
+        return "anything" if part else "nothing"
+    if "description" in part:
+        return part["description"]
+    if "$ref" in part:
+        return words(root, resolve(root, part))
+    if "anyOf" in part:
+        return " or ".join(words(root, p) for p in part["anyOf"])
+    if "enum" in part:
+        return "one of " + ", ".join(map(str, part["enum"]))
+    if part.get("type") == "array" and "items" in part:
+        return f"a list of ({words(root, part['items'])})"
+    types = part.get("type", [])
+    return " or ".join(TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types))
+
+
+def json_types(root: dict, part: dict) -> set[str]:
+    """The JSON types `part` accepts (through "$ref" and "anyOf")."""
+    part = resolve(root, part)
+    found = {part["type"]} if isinstance(part.get("type"), str) else set(part.get("type", ()))
+    for option in part.get("anyOf", ()):
+        found |= json_types(root, option)
+    return found
+
+
+def field_path(error: Any) -> list[str]:
+    """The field an error is about: its path in the instance, up to the first list index."""
+    path = []
+    for step in error.absolute_path:
+        if not isinstance(step, str):
+            break
+        path.append(step)
+    return path
+
+
+class Checker:
+    """One schema, compiled once: `valid` is the fast path, `errors` says what fails."""
+
+    def __init__(self, schema: dict) -> None:
+        """Compile `schema` (a draft 2020-12 schema of gpubench/schemas/)."""
+        self.schema = schema
+        self._fast = fastjsonschema.compile(inlined(schema, schema), use_default=False)
+        self._exact: Any = None  # jsonschema's validator, made where a value first fails
+
+    def valid(self, instance: Any) -> bool:
+        """Whether `instance` passes (the compiled check; `errors` decides where they differ)."""
+        try:
+            self._fast(instance)
+        except fastjsonschema.JsonSchemaException:
+            return not next(self.errors(instance), None)
+        return True
+
+    def errors(self, instance: Any) -> Iterator[Any]:
+        """jsonschema's errors of `instance`, in the schema's order."""
+        if self._exact is None:
+            import jsonschema  # noqa: PLC0415 - 0.1 s to import: only once a value fails
+
+            self._exact = jsonschema.Draft202012Validator(self.schema)
+        return self._exact.iter_errors(instance)

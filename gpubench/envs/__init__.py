@@ -17,24 +17,14 @@ function patches it in the module that calls it (e.g. `envs.probing.probe` for t
 from __future__ import annotations
 
 from gpubench.envs.create import gpu_requested, setup
-from gpubench.envs.kernels import (
-    checkout_kernels_dir,
-    foreign_kernel,
-    kernel_specs,
-    use_checkout_kernels,
-)
+from gpubench.envs.kernels import foreign_kernel, kernel_specs, use_checkout_kernels
 from gpubench.envs.listing import envs_report
 from gpubench.envs.names import (
-    CONDA_PYTHON,
-    CONDA_TOOLS,
-    DEFAULT_BACKENDS,
     ENVS,
     EXTRAS,
-    KERNEL_PREFIX,
     SETUP_COMMANDS,
     STANDARD_ENVS,
     VENV_DIRS,
-    VENV_PYTHONS,
     EnvError,
     display_name,
     env_backend,
@@ -45,6 +35,6 @@ from gpubench.envs.names import (
     setup_command,
 )
 from gpubench.envs.probing import probe, probe_python
-from gpubench.envs.pythons import conda_envs, driver_python, find_conda
+from gpubench.envs.pythons import driver_python, find_conda
 from gpubench.params import notebooks_dir  # the notebooks the kernels run: params' rule
 from gpubench.rundir import locked  # tests hold the run lock through envs.locked

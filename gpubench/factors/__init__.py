@@ -14,40 +14,23 @@ fastest value. The modules:
 The tables, charts and text written from these numbers live in `gpubench.report.factors`.
 """
 
-from gpubench.factors.measure import (
-    best_settings,
-    devices_to_measure,
-    matmul_peaks,
-    measure_device,
-    needs_busy_region,
-    run,
-)
+from gpubench.factors.measure import best_settings, devices_to_measure, matmul_peaks, run
 from gpubench.factors.rules import (
     ALWAYS_COMPILED,
     BASELINE,
-    COMPUTE_DTYPE,
     FACTOR_NAMES,
-    FACTORS,
     LIST_PARAMS,
-    MODELS,
-    NO_TF_DATA,
-    TF_DATA_FIX,
     XLA_NOTE,
     Variant,
     chapter_values,
-    factor_values,
     for_backend,
-    for_this_backend,
-    label,
     variants,
 )
 from gpubench.factors.stats import (
-    compare,
     crossover_batch_size,
     effects,
     is_factor_record,
     percent_of_matmul_peak,
     round_rates,
-    steady_rates,
     verdict,
 )

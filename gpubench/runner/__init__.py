@@ -13,17 +13,8 @@ kernel gets, loaded by jupyter_client), jobs (one notebook run), loop (the run, 
 """
 
 from gpubench.rundir import LOCK, UsageError, lock_run_dir
-from gpubench.runner.arguments import (
-    NEW_RUN,
-    RUNNER_PARAMS,
-    check_backend,
-    check_notebooks,
-    check_params,
-    notebooks_dir,
-    parse_params,
-    split_names,
-)
-from gpubench.runner.jobs import claim, execute, job_parameters
+from gpubench.runner.arguments import check_backend, check_params, parse_params, split_names
+from gpubench.runner.jobs import execute, job_parameters
 from gpubench.runner.kernels import (
     HERE_KERNEL,
     KERNEL_NOISE,
@@ -31,31 +22,16 @@ from gpubench.runner.kernels import (
     PROVISIONER,
     _Stop,
     forward_stderr,
-    here_spec,
     kernel_config,
     kernel_manager_class,
 )
 from gpubench.runner.loop import _CellOutput, _finish_report, _mark_unavailable, run
 from gpubench.runner.manifest import (
-    JOB_STATUSES,
     MANIFEST,
     MANIFEST_SCHEMA,
     Job,
     check_manifest,
-    check_new_out,
     is_run_dir,
-    load_run,
     new_run,
-    target_of,
-    write_manifest,
 )
-from gpubench.runner.targets import (
-    HERE_NEEDS,
-    Target,
-    check_envs,
-    check_reachable,
-    check_runnable,
-    env_problems,
-    here_target,
-    kernel_target,
-)
+from gpubench.runner.targets import Target, check_envs

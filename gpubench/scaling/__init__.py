@@ -14,37 +14,22 @@ Importing this package loads no framework.
 
 from __future__ import annotations
 
-from gpubench.scaling.cluster import (
-                                      check_cluster_backend,
-                                      cli_main,
-                                      cli_params,
-                                      default_out,
-                                      launch_local,
-                                      lock_out,
-                                      run_worker,
-)
+from gpubench.scaling.cluster import cli_main, default_out
 from gpubench.scaling.placement import (
-                                      backend_name,
-                                      canonical,
-                                      check_replicas,
-                                      local_devices,
-                                      parallel,
-                                      split_cpu,
-                                      strategy,
-                                      telemetry_device,
+    backend_name,
+    canonical,
+    check_replicas,
+    local_devices,
+    parallel,
+    split_cpu,
+    strategy,
 )
 from gpubench.scaling.rules import (
-                                      CLI_NOTEBOOK,
-                                      CLUSTER_BACKEND,
-                                      LAUNCHER_ENV,
-                                      LOCKED_ENV,
-                                      NOTEBOOK,
-                                      backend_refusal,
-                                      check_index,
-                                      global_batch,
-                                      include_in_run,
-                                      parse_cluster,
+    backend_refusal,
+    check_index,
+    global_batch,
+    include_in_run,
+    parse_cluster,
 )
-from gpubench.scaling.step import Measured, evaluate, steps_per_epoch, train
-from gpubench.scaling.sweep import record, sweep
-from gpubench.scaling.workers import free_ports
+from gpubench.scaling.step import train
+from gpubench.scaling.sweep import sweep

@@ -491,6 +491,14 @@ def test_envs_module_imports_only_the_standard_library():
     assert out.stdout.strip() == "[]"
 
 
+def test_setup_and_its_cli_import_with_no_site_packages():
+    """A bare `python3 -m gpubench setup` (and `envs --driver`, which make runs first) comes before
+    anything is installed: the CLI and gpubench.envs import with no site-packages at all (-S)."""
+    out = subprocess.run([sys.executable, "-S", "-c", "import gpubench.cli, gpubench.envs"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 # ---- the probe: `gpubench doctor --json` of a kernel's Python -----------------------------
 
 @pytest.fixture

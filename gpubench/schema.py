@@ -145,3 +145,10 @@ class Checker:
 
             self._exact = jsonschema.Draft202012Validator(self.schema)
         return self._exact.iter_errors(instance)
+
+
+@functools.cache
+def checker(name: str, part: str | None = None) -> Checker:
+    """The schema NAME (or its definition `part`, "$defs/PART"), compiled once."""
+    root = load(name)
+    return Checker(root if part is None else {"$defs": root["$defs"], **root["$defs"][part]})

@@ -87,6 +87,24 @@ def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch,
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_run_json_schema_is_valid_and_declares_what_the_runner_writes():
+    """gpubench/schemas/run.schema.json is a draft 2020-12 schema whose job and env entries are
+    the fields of runner.Job and of Target.saved(), and whose statuses are the runner's."""
+    from dataclasses import fields
+
+    import jsonschema
+
+    from gpubench.runner.manifest import JOB_STATUSES, MANIFEST_SCHEMA, RUN_SCHEMA, Job
+    from gpubench.runner.targets import Target
+
+    jsonschema.Draft202012Validator.check_schema(RUN_SCHEMA)
+    job, target = RUN_SCHEMA["$defs"]["job"], RUN_SCHEMA["$defs"]["target"]
+    assert [f.name for f in fields(Job)] == list(job["properties"])
+    assert list(Target().saved()) == list(target["properties"])
+    assert JOB_STATUSES == ("pending", "running", "ok", "failed", "skipped", "interrupted")
+    assert MANIFEST_SCHEMA == 2
+
+
 def test_run_json_nested_too_deep_is_bad_input_for_resume_and_report(capsys, tmp_path,
                                                                     monkeypatch):
     """100,000 nested lists: --resume exits 2 naming the file; the report names it among its

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from gpubench import results
+from gpubench import results, schema
 from gpubench.records import dedupe, identity, job_of, label_columns, latest_attempts
 from gpubench.report.checks import usable
 from gpubench.report.format import first_line
@@ -100,8 +100,8 @@ def _some(ids: list, named: int = 3) -> str:
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
     """The jobs of run.json (run, env, notebook, status, error's first line); [] without one.
 
-    An unreadable run.json, or a job in it that is not as the runner writes it, is named in
-    `problems` (with a warning) and left out.
+    An unreadable run.json, or a job in it that is not as its schema declares
+    (gpubench/schemas/run.schema.json), is named in `problems` (with a warning) and left out.
     """
     path = Path(run_dir) / "run.json"
     if not path.exists():
@@ -114,11 +114,9 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
         results.skipped(f"{path}: unreadable job list ({type(exc).__name__}: {exc}); jobs not "
                         "shown", problems)
         return []
-    found = []
+    found, checker = [], schema.checker("run", "job")  # a job as run.json's schema declares it
     for number, job in enumerate(jobs, start=1):
-        if not (isinstance(job, dict) and all(isinstance(job.get(k), str)
-                                              for k in ("env", "notebook", "status"))
-                and isinstance(job.get("error"), (str, type(None)))):
+        if not checker.valid(job):
             results.skipped(f"{path}: job {number} is not as gpubench writes it: {job!r:.80}",
                             problems)
             continue

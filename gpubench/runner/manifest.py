@@ -6,18 +6,19 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpubench import backends, envs, results, rundir
+from gpubench import backends, envs, results, rundir, schema
 from gpubench import params as nb_params
 from gpubench.rundir import LOCK, UsageError, lock_run_dir
 from gpubench.runner.arguments import NEW_RUN, check_notebooks, check_params
 from gpubench.runner.targets import Target
 
 MANIFEST = "run.json"
-MANIFEST_SCHEMA = 2  # 2: "envs" (how each env is reached) and the job status "running"
-JOB_STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
+RUN_SCHEMA = schema.load("run")  # run.json's one declaration: gpubench/schemas/run.schema.json
+MANIFEST_SCHEMA = max(RUN_SCHEMA["properties"]["schema"]["enum"])  # 2: "envs", status "running"
+JOB_STATUSES = tuple(RUN_SCHEMA["$defs"]["job"]["properties"]["status"]["enum"])
 
 
 @dataclass
@@ -126,76 +127,60 @@ def _bad(path: Path, name: str, value, why: str) -> UsageError:
     return UsageError(f"{path}: {name} is {shown[:80]}: {why}; {NEW_RUN}")
 
 
-# The JSON types of a job's and of an env's fields (run.json's "jobs" and "envs").
-_JOB_TYPES = {"env": (str,), "notebook": (str,), "status": (str,),
-              "seconds": (int, float, type(None)), "error": (str, type(None)), "attempt": (int,),
-              "extra": (dict, type(None))}
-_TARGET_TYPES = {"how": (str,), "kernel": (str, type(None)), "python": (str, type(None)),
-                 "backend": (str, type(None)), "devices": (list, type(None)),
-                 "tensorflow_importable": (bool, type(None)), "diagnosis": (str, type(None))}
+# A JSON type as Python names it, as a wrong type's error says what it expects.
+_PYTHON_TYPES = {"boolean": "bool", "string": "str", "integer": "int", "number": "float",
+                 "object": "dict", "array": "list", "null": "null"}
 
 
-def _check_types(given: dict, types: dict[str, tuple], where: str, path: Path) -> None:
-    """Each field of `given` named in `types` has one of its JSON types (true is no int)."""
-    for name, allowed in types.items():
-        if name in given and type(given[name]) not in allowed:
-            raise _bad(path, f"{where}.{name}", given[name], "wrong type: expected " + " or ".join(
-                "null" if t is type(None) else t.__name__ for t in allowed))
+def _schema_error(path: Path, error) -> UsageError:
+    """jsonschema's error of run.json as one line naming the field ("jobs[0].attempt")."""
+    steps, value = list(error.absolute_path), error.instance
+    if error.validator == "required":
+        steps.append(next(k for k in error.validator_value if k not in error.instance))
+        value, why = None, "the field is missing"
+    elif error.validator == "additionalProperties":
+        steps.append(sorted(set(error.instance) - set(error.schema.get("properties", ())))[0])
+        value, why = error.instance[steps[-1]], "not a field gpubench writes there"
+    elif error.validator == "type":
+        types = error.validator_value
+        why = "wrong type: expected " + " or ".join(
+            _PYTHON_TYPES[t] for t in ([types] if isinstance(types, str) else types))
+    else:
+        why = "it must be " + schema.words(RUN_SCHEMA, error.schema)
+    name = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps).lstrip(".")
+    return _bad(path, name or "the file", value, why)
 
 
 def check_manifest(manifest, path: Path) -> list[Job]:
-    """run.json's values checked field by field (a run dir of an older gpubench, a hand edit);
-    its jobs. A bad one is a UsageError naming the field and saying to start a new run."""
+    """run.json checked against its schema (gpubench/schemas/run.schema.json), then what only
+    this gpubench knows (profiles, notebooks, parameters, backends): a run dir of an older
+    gpubench, a hand edit. Its jobs; a bad field is a UsageError naming it and saying to start
+    a new run."""
     if not isinstance(manifest, dict):
         raise _bad(path, "the file", type(manifest).__name__, "it must be a JSON object")
-    for name in ("schema", "run_id", "profile", "params", "jobs"):
-        if name not in manifest:
-            raise _bad(path, name, None, "the field is missing")
-    schema = manifest["schema"]
-    if isinstance(schema, bool) or schema not in (1, MANIFEST_SCHEMA):
-        raise _bad(path, "schema", schema, f"this gpubench resumes schemas 1 and {MANIFEST_SCHEMA}")
-    if not isinstance(manifest["run_id"], str) or not manifest["run_id"]:
-        raise _bad(path, "run_id", manifest["run_id"], "it must be a non-empty string")
+    checker = schema.checker("run")
+    if not checker.valid(manifest):
+        raise _schema_error(path, next(checker.errors(manifest)))
     if manifest["profile"] not in nb_params.PROFILES:
         raise _bad(path, "profile", manifest["profile"],
                    f"use one of {', '.join(nb_params.PROFILES)}")
-    params = manifest["params"]
-    if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
-        raise _bad(path, "params", params, "it must map \"*\" or a notebook to {name: value}")
-    named = manifest.setdefault("named", [])
-    if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
-        raise _bad(path, "named", named, "it must be a list of notebook names")
-    if not isinstance(manifest["jobs"], list) or not manifest["jobs"]:
-        raise _bad(path, "jobs", manifest["jobs"], "it must be a non-empty list of jobs")
+    manifest.setdefault("named", [])
     jobs = [_check_job(job, f"jobs[{i}]", path) for i, job in enumerate(manifest["jobs"])]
     try:
         check_notebooks(list(dict.fromkeys(j.notebook for j in jobs)))
-        for scope in params:
+        for scope in manifest["params"]:
             if scope != "*":
                 check_notebooks([scope])
-        check_params(params, list(dict.fromkeys(j.notebook for j in jobs)))
+        check_params(manifest["params"], list(dict.fromkeys(j.notebook for j in jobs)))
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}; {NEW_RUN}") from None
     manifest["envs"] = _saved_targets(manifest.get("envs"), jobs, path)
     return jobs
 
 
-def _check_job(job, where: str, path: Path) -> Job:
-    """One entry of run.json's "jobs", checked field by field (`where` names it)."""
-    if not isinstance(job, dict):
-        raise _bad(path, where, job, "a job is a JSON object")
-    if unknown := set(job) - set(_JOB_TYPES):
-        raise _bad(path, f"{where}.{sorted(unknown)[0]}", job[sorted(unknown)[0]],
-                   "not a field of a job")
-    for name in ("env", "notebook"):
-        if name not in job:
-            raise _bad(path, f"{where}.{name}", None, "the field is missing")
-    _check_types(job, _JOB_TYPES, where, path)
-    if job.get("attempt", 0) < 0:
-        raise _bad(path, f"{where}.attempt", job["attempt"], "it must be 0 or more")
-    if job.get("status", "pending") not in JOB_STATUSES:
-        raise _bad(path, f"{where}.status", job["status"],
-                   f"use one of {', '.join(JOB_STATUSES)}")
+def _check_job(job: dict, where: str, path: Path) -> Job:
+    """One entry of run.json's "jobs" (its schema checked) as a Job of a notebook this gpubench
+    has (`where` names it)."""
     if job["notebook"] not in nb_params.NOTEBOOKS:
         raise _bad(path, f"{where}.notebook", job["notebook"], "this gpubench has no such "
                    f"notebook (it has {', '.join(nb_params.NOTEBOOKS)})")
@@ -203,26 +188,15 @@ def _check_job(job, where: str, path: Path) -> Job:
 
 
 def _saved_targets(saved, jobs: list[Job], path: Path) -> dict:
-    """run.json's "envs", checked; a schema-1 run reached env ENV through kernel gpubench-ENV."""
+    """run.json's "envs" (its schema checked), each backend one this gpubench has; a schema-1
+    run reached env ENV through kernel gpubench-ENV."""
     labels = list(dict.fromkeys(j.env for j in jobs))
     if saved is None:
         return {env: Target(kernel=envs.kernel_name(env)).saved() for env in labels}
-    if not isinstance(saved, dict):
-        raise _bad(path, "envs", saved, "it must map each env to how it is reached")
-    names = {f.name for f in fields(Target)} - {"named"}
-    for env in dict.fromkeys([*labels, *saved]):  # every env a job runs in, and any other
-        target = saved.get(env)
-        if not isinstance(target, dict) or set(target) - names:
-            raise _bad(path, f"envs.{env}", target, "it must say how the env is reached")
-        _check_types(target, _TARGET_TYPES, f"envs.{env}", path)
-        if target.get("how") not in ("env", "kernel", "here"):
-            raise _bad(path, f"envs.{env}.how", target.get("how"), "use env, kernel or here")
-        key = "python" if target["how"] == "here" else "kernel"
-        if not target.get(key):
-            raise _bad(path, f"envs.{env}.{key}", target.get(key), "it must be a non-empty string")
-        if not all(isinstance(d, str) for d in target.get("devices") or []):
-            raise _bad(path, f"envs.{env}.devices", target["devices"],
-                       "it must be a list of device names")
+    for env in labels:
+        if env not in saved:
+            raise _bad(path, f"envs.{env}", None, "it must say how the env is reached")
+    for env, target in saved.items():
         if target.get("backend") is not None and target["backend"] not in backends.SUPPORTED:
             raise _bad(path, f"envs.{env}.backend", target["backend"],
                        f"use one of {', '.join(backends.SUPPORTED)}")

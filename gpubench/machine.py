@@ -25,7 +25,7 @@ SPEED_ENV_VARS = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUD
                   "JAX_DEFAULT_MATMUL_PRECISION")
 
 
-def run(cmd: list[str], timeout: float = 20) -> str | None:
+def command_output(cmd: list[str], timeout: float = 20) -> str | None:
     """What `cmd` prints, stripped, or None when it is missing, fails or hangs."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -36,7 +36,7 @@ def run(cmd: list[str], timeout: float = 20) -> str | None:
 
 def nvidia_smi(*args: str) -> str | None:
     """What `nvidia-smi ARGS` prints (stripped), or None when it is missing, fails or hangs."""
-    return run(["nvidia-smi", *args])
+    return command_output(["nvidia-smi", *args])
 
 
 def nvidia_smi_gpus() -> list[str] | None:
@@ -66,7 +66,7 @@ def cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    if platform.system() == "Darwin" and (out := run(["sysctl", "-n",
+    if platform.system() == "Darwin" and (out := command_output(["sysctl", "-n",
                                                       "machdep.cpu.brand_string"])):
         return out
     return platform.processor() or platform.machine()
@@ -106,10 +106,10 @@ def checkout() -> Path | None:
 def git_commit() -> str | None:
     """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
     here = str(Path(__file__).resolve().parent)
-    commit = run(["git", "-C", here, "rev-parse", "HEAD"])
+    commit = command_output(["git", "-C", here, "rev-parse", "HEAD"])
     if not commit:
         return None
-    dirty = run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
+    dirty = command_output(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
     return commit + ("-dirty" if dirty else "")
 
 

@@ -568,7 +568,7 @@ def test_probe_and_report_of_a_jax_gpu_kernel(jupyter_dir, tmp_path, monkeypatch
     python = fake_doctor(tmp_path / "python", {**JAX_GPU, "checkout": str(ROOT)})
     write_kernel(jupyter_dir, "gpubench-jax-gpu", str(python), env={"KERAS_BACKEND": "jax"})
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # the spec's env wins over ours
-    info = envs.probe("jax-gpu")
+    info = envs.probe_env("jax-gpu")
     assert info["error"] is None, info
     assert (info["backend"], info["backend_version"], info["gpus"]) == ("jax", "0.10.2", ["gpu:0"])
     assert (info["kernel"], info["executable"], info["checkout"]) == (
@@ -595,7 +595,7 @@ def test_report_names_broken_kernels_and_missing_envs(jupyter_dir, tmp_path, mon
     write_kernel(jupyter_dir, "gpubench-cpu-noonednn", "/nonexistent/bin/python")
     crash = write_script(tmp_path / "crash", 'echo "Segmentation fault" >&2\nexit 3\n')
     write_kernel(jupyter_dir, "gpubench-jax-cpu", str(crash), env={"KERAS_BACKEND": "jax"})
-    info = envs.probe("cpu-noonednn")
+    info = envs.probe_env("cpu-noonednn")
     assert "/nonexistent/bin/python does not run" in info["error"]
     assert "jupyter kernelspec remove gpubench-cpu-noonednn" in info["error"]
     report = envs.envs_report()
@@ -608,7 +608,7 @@ def test_report_names_broken_kernels_and_missing_envs(jupyter_dir, tmp_path, mon
 
 
 def test_probe_of_unknown_kernel(jupyter_dir):
-    info = envs.probe("jax-cpu")
+    info = envs.probe_env("jax-cpu")
     assert "no Jupyter kernel named 'gpubench-jax-cpu'" in info["error"]
     assert "BACKENDS=tensorflow,jax" in info["error"]
 
@@ -639,13 +639,13 @@ def test_real_kernel_probe_and_report(jupyter_dir, monkeypatch):
     specs = envs.kernel_specs()
     assert list(specs) == ["cpu"] and specs["cpu"]["kernel"] == "gpubench-cpu"
     assert Path(specs["cpu"]["resource_dir"]).parent == jupyter_dir / "kernels"
-    info = envs.probe("cpu")
+    info = envs.probe_env("cpu")
     assert info["error"] is None, info
     assert info["backend"] == "tensorflow" and info["backend_version"].startswith("2.21")
     assert info["tensorflow"].startswith("2.21")
     assert info["cuda_build"] is False and info["gpus"] == []
     assert info["python"].startswith("3.11") and info["executable"] == sys.executable
-    monkeypatch.setattr(envs.probing, "probe", lambda env, timeout=120: info)  # TensorFlow loads once
+    monkeypatch.setattr(envs.probing, "probe_env", lambda env, timeout=120: info)  # TensorFlow loads once
     report = envs.envs_report()
     row = next(line for line in report.splitlines() if line.startswith("cpu "))
     assert re.search(r"gpubench-cpu +tensorflow +2\.21\.\d+ +GPU: no ", row), row

@@ -11,7 +11,7 @@ before anything is installed.
 Modules: `names` (env names, kernels, backends, setup commands), `kernels` (kernel folders and
 specs), `pythons` (conda, venvs, the driver python), `create` (setup), `probing` (`gpubench
 doctor --json` in an env), `listing` (the `gpubench envs` report). A test that replaces a
-function patches it in the module that calls it (e.g. `envs.probing.probe` for the report).
+function patches it in the module that calls it (e.g. `envs.probing.probe_env` for the report).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gpubench.envs.names import (
     parse_backends,
     setup_command,
 )
-from gpubench.envs.probing import probe, probe_python
+from gpubench.envs.probing import probe_env, probe_python
 from gpubench.envs.pythons import driver_python, find_conda
 from gpubench.params import notebooks_dir  # the notebooks the kernels run: params' rule
 from gpubench.rundir import locked  # tests hold the run lock through envs.locked

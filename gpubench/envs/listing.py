@@ -49,7 +49,7 @@ def envs_report() -> str:
     """A plain-text table of the gpubench-* kernels (backend, its version, GPUs, Python and the
     checkout each runs), with the fix for each missing or broken env."""
     specs = kernels.kernel_specs()
-    probes = [probing.probe(env) for env in specs]
+    probes = [probing.probe_env(env) for env in specs]
     ours = machine.checkout()
     where = f"this checkout: {ours}" if ours else f"gpubench installed in {machine.project_root()}"
     lines = [f"gpubench environments (Jupyter kernels named {kernel_name('ENV')}; {where}):", ""]

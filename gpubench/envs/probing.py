@@ -51,7 +51,7 @@ def probe_python(argv: list[str], env: dict | None = None, timeout: float = 120)
                      f"JSON: {tail}"}
 
 
-def probe(env: str, timeout: float = 120) -> dict:
+def probe_env(env: str, timeout: float = 120) -> dict:
     """Ask env's kernel Python (with the spec's env) for its backend, versions, devices and
     checkout, through `gpubench doctor --json`; failures go in "error"."""
     kernel = kernel_name(env)

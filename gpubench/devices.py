@@ -21,7 +21,6 @@ __all__ = ["ACCEPTED", "DeviceError", "GPUNotAvailableError", "check_gpu", "chec
            "diagnose", "list_devices", "resolve", "scope"]
 ACCEPTED = params.ACCEPTED_DEVICES
 _PATTERN = params.DEVICE_PATTERN  # the syntax: one rule, in params
-nvidia_smi = machine.nvidia_smi
 nvidia_smi_gpus = machine.nvidia_smi_gpus
 
 

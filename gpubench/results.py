@@ -1,4 +1,5 @@
-"""The results record schema, the environment snapshot, and the JSON Lines store.
+"""The results record (its one declaration: gpubench/schemas/record.schema.json), the
+environment snapshot, and the JSON Lines store.
 
 Each measurement is one line of `results.jsonl`, synced to disk as soon as it is measured.
 """
@@ -42,25 +43,11 @@ ENVIRONMENT_FIELDS = tuple(_ENVIRONMENT["required"])
 ENVIRONMENT_FIELDS_3 = tuple(k for k in _ENVIRONMENT["properties"] if k not in ENVIRONMENT_FIELDS)
 
 
-def _declared(part: dict, benchmark: str) -> dict[str, dict]:
-    """The fields `part` of the record schema declares for a `benchmark` record, each with its
-    first declaration, through "$ref", "allOf" and "then" (not the branches of other kinds)."""
-    part = schema.resolve(RECORD, part)
-    found = dict(part.get("properties", {}))
-    branches = [*part.get("allOf", ())]
-    if "then" in part and part["if"]["properties"].get("benchmark", {}).get("const") in (
-            None, benchmark):
-        branches.append(part["then"])
-    for branch in branches:
-        for name, rule in _declared(branch, benchmark).items():
-            found.setdefault(name, rule)
-    return found
-
-
 BENCHMARKS = tuple(RECORD["properties"]["benchmark"]["enum"])
 # Every field a record of each benchmark may hold (make_record writes them all, None where
 # not measured), in the schema's order.
-FIELDS = {benchmark: tuple(_declared(RECORD, benchmark)) for benchmark in BENCHMARKS}
+FIELDS = {benchmark: tuple(schema.declared(RECORD, RECORD, {"benchmark": benchmark}))
+          for benchmark in BENCHMARKS}
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
                 errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied"}
 
@@ -165,14 +152,7 @@ def _wrong(record: dict, error: Any) -> str:
     if error.validator == "enum" and name in ("benchmark", "status"):
         return (f"record has unknown {name} {error.instance!r}; expected one of "
                 f"{list(error.validator_value)}")
-    return f"{kind} field {name!r} has the wrong type: {value_at(record, path)!r}"
-
-
-def value_at(record: dict, path: list[str]) -> Any:
-    """The value at `path` ("telemetry", "energy_joules") of `record`."""
-    for name in path:
-        record = record[name]
-    return record
+    return f"{kind} field {name!r} has the wrong type: {schema.value_at(record, path)!r}"
 
 
 def _json_safe(value: Any) -> Any:

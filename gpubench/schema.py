@@ -111,6 +111,29 @@ def json_types(root: dict, part: dict) -> set[str]:
     return found
 
 
+def declared(root: dict, part: dict, where: dict) -> dict[str, dict]:
+    """The fields `part` of `root` declares, each with its first declaration, through "$ref",
+    "allOf" and "then", skipping a "then" whose "if" asks another value of a field in `where`
+    ({"benchmark": "train"}: a train record's fields)."""
+    part = resolve(root, part)
+    found = dict(part.get("properties", {}))
+    branches = [*part.get("allOf", ())]
+    asked = part.get("if", {}).get("properties", {})
+    if "then" in part and all(asked.get(k, {}).get("const", v) == v for k, v in where.items()):
+        branches.append(part["then"])
+    for branch in branches:
+        for name, rule in declared(root, branch, where).items():
+            found.setdefault(name, rule)
+    return found
+
+
+def value_at(instance: Any, path: list[str]) -> Any:
+    """The value at `path` (["telemetry", "energy_joules"]) of `instance`; None where absent."""
+    for name in path:
+        instance = instance.get(name) if isinstance(instance, dict) else None
+    return instance
+
+
 def field_path(error: Any) -> list[str]:
     """The field an error is about: its path in the instance, up to the first list index."""
     path = []

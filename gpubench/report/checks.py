@@ -45,7 +45,7 @@ def checked(record: dict) -> tuple[dict, list[str], str | None]:
         if error.validator == "required":  # a field a condition needs (a time-boxed variant's)
             path += [next(k for k in error.validator_value if k not in error.instance)]
             rule = error.schema.get("properties", {}).get(path[-1], {})
-        shown = _shown(_value(original, path))
+        shown = _shown(schema.value_at(original, path))
         field = f"{record['benchmark']} field {'.'.join(path)!r} is {shown}"
         wants = f"the report needs {schema.words(results.RECORD, rule)}"
         if rule.get("droppable"):
@@ -54,13 +54,6 @@ def checked(record: dict) -> tuple[dict, list[str], str | None]:
         elif why is None:
             why = f"{field}; {wants}"
     return record, dropped, why
-
-
-def _value(record: dict, path: list[str]) -> Any:
-    """The value at `path` of `record`; None where it is absent."""
-    for name in path:
-        record = record.get(name) if isinstance(record, dict) else None
-    return record
 
 
 def usable(records: list[dict], problems: list[str] | None = None) -> list[dict]:

@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fastjsonschema
-
 FOLDER = Path(__file__).parent / "schemas"
 # The keywords of a value's range and form; without them a schema asks only for fields and types.
 RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})
@@ -149,15 +147,18 @@ class Checker:
 
     def __init__(self, schema: dict) -> None:
         """Compile `schema` (a draft 2020-12 schema of gpubench/schemas/)."""
+        import fastjsonschema  # noqa: PLC0415 - setup runs gpubench on a bare Python: stdlib at import
+
         self.schema = schema
         self._fast = fastjsonschema.compile(inlined(schema, schema), use_default=False)
+        self._failed = fastjsonschema.JsonSchemaException
         self._exact: Any = None  # jsonschema's validator, made where a value first fails
 
     def valid(self, instance: Any) -> bool:
         """Whether `instance` passes (the compiled check; `errors` decides where they differ)."""
         try:
             self._fast(instance)
-        except fastjsonschema.JsonSchemaException:
+        except self._failed:
             return not next(self.errors(instance), None)
         return True
 

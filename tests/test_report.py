@@ -233,7 +233,7 @@ def test_a_model_the_cpu_env_did_not_train_is_not_its_own_baseline(tmp_path):
     text = build_text(write_run(tmp_path, [train("cpu", 100.0),
                                            train("gpu", 70.0, model="mnist_cnn")]))
     row = next(line for line in text.splitlines() if line.startswith("| MNIST CNN"))
-    assert "n/a (no mnist_cnn run in vm · cpu)" in row and "baseline" not in row
+    assert "n/a (no MNIST CNN run in vm · cpu)" in row and "baseline" not in row
 
 
 # ---------------------------------------------------------------- no side effects on the caller

@@ -63,7 +63,8 @@ def backend_title(name: str) -> str:
 
 def cpu_env(backend: str) -> str:
     """The label of `backend`'s CPU env: "cpu" for TensorFlow, "jax-cpu" for JAX."""
-    return backends.LABEL_PREFIX.get(backend, f"{backend}-") + "cpu"
+    return backends.env_label(backend, False) if backend in backends.LABEL_PREFIX else (
+        f"{backend}-cpu")  # a backend this version does not know, in an old or foreign record
 
 
 def label_columns(records: list[dict]) -> None:

@@ -90,12 +90,7 @@ def default_env_name() -> str:
     sees: "cpu"/"gpu" on TensorFlow, "jax-cpu"/"jax-gpu" on JAX."""
     if name := os.environ.get("GPUBENCH_ENV"):
         return name
-    return env_label(backends.current().NAME, backends.current().gpu_count() > 0)
-
-
-def env_label(backend: str, gpu: bool) -> str:
-    """The env label of `backend` with or without a GPU ("jax-gpu", "cpu", ...)."""
-    return backends.LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
+    return backends.env_label(backends.current().NAME, backends.current().gpu_count() > 0)
 
 
 def make_record(benchmark: str, *, notebook: str, env: str, device: str, status: str = "ok",

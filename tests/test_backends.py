@@ -77,7 +77,7 @@ def test_every_record_names_its_backend_and_the_env_label_follows_it(tmp_path):
     name = backends.current().NAME
     assert record["backend"] == name == record["environment"]["backend"]
     assert record["environment"]["backend_version"] == backends.current().version()
-    assert results.env_label(name, False) == {"tensorflow": "cpu", "jax": "jax-cpu",
+    assert backends.env_label(name, False) == {"tensorflow": "cpu", "jax": "jax-cpu",
                                               "torch": "torch-cpu"}[name]
     assert record["telemetry"]["reason"] == "the device is the CPU"
     assert record["telemetry"]["cpu_util_percent_mean"] is not None

@@ -489,6 +489,21 @@ def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_
     assert seen[1]["GPUBENCH_ATTEMPT"] == "2"
 
 
+def test_here_from_a_relative_path_runs_that_python_by_its_absolute_path(
+        capsys, tmp_path, monkeypatch, no_report):
+    """`PATH=.venv-jax/bin:$PATH` (tools/gpu_check.sh's rehearsal) makes sys.executable relative;
+    the probe and the kernel start in other folders, so both get the absolute path."""
+    python = sys.executable
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "executable", os.path.relpath(python))
+    probes = _fake_probe(monkeypatch, backend="jax", tensorflow=False)
+    seen = _fake_papermill(monkeypatch, write=_record)
+    code, stdout, _ = _main(capsys, "run", "--here", "--profile", "quick", "--notebooks",
+                            "performanceTest", "--out", str(tmp_path / "r"))
+    assert code == 0, stdout
+    assert probes[0][0] == [python] and seen[0]["argv"][0] == python
+
+
 @pytest.mark.parametrize("module", ["ipykernel", "keras", "papermill"])
 def test_here_without_a_package_names_it(capsys, tmp_path, monkeypatch, module):
     real = runner.targets.importlib.util.find_spec

@@ -92,7 +92,7 @@ def kernel_environ(target: Target) -> dict[str, str]:
 
 def here_target() -> tuple[str, Target]:
     """`--here`: the env of the Python that runs gpubench, labelled by probing it."""
-    python = sys.executable
+    python = os.path.abspath(sys.executable)  # relative when PATH names a relative folder
     for module, package in HERE_NEEDS.items():
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--here: {module} is not installed in {python}; install it "

@@ -285,3 +285,14 @@ def test_a_learners_own_model_trains_in_the_chapter_and_is_reported(tmp_path, cp
     text = report.build([run_dir]).read_text()
     assert any(line.startswith("| tiny_net |") for line in text.splitlines()), text
     assert (run_dir / "epoch_times.png").exists()
+
+
+@pytest.mark.parametrize("ratio, text", [
+    (None, "–"), (3.577, "3.58"), (0.41, "0.41"), (1.0, "1.00"), (0.00452, "0.0045"),
+    (0.0999, "0.1"), (0.0, "0.00"), (float("nan"), "n/a")])
+def test_a_ratio_never_reads_zero_for_a_large_slowdown(ratio, text):
+    """Speed-ups and "x vs baseline": two decimals, two significant figures below 0.1 (a
+    221x slowdown is 0.0045x, not 0.00x)."""
+    from gpubench.report.format import fmt_ratio
+
+    assert fmt_ratio(ratio) == text

@@ -15,7 +15,7 @@ from gpubench.records import (
     model_title,
     ok_records,
 )
-from gpubench.report.format import explained_table, fmt, fmt_seconds
+from gpubench.report.format import explained_table, fmt, fmt_ratio, fmt_seconds
 from gpubench.report.training import mode, mode_differences, model_rank
 
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",
@@ -101,7 +101,7 @@ def rows(records: list[dict]) -> list[list]:
             if r is reference:
                 ratio, like = "1.00x (reference)", "–"
             else:
-                ratio = f"{fmt(rate / theirs, '.2f')}x" if rate and theirs else "–"
+                ratio = f"{fmt_ratio(rate / theirs)}x" if rate and theirs else "–"
                 like = _like_for_like(r, reference)
             found.append([model_title(r["model"]), machine_of(r), r["device"],
                          backend_title(backend_of(r)) + (f" {version}" if version else ""),

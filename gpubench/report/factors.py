@@ -11,7 +11,14 @@ from gpubench import backends, factors
 from gpubench.machine import ENVS_HINT
 from gpubench.records import columns, ok_records
 from gpubench.report import charts
-from gpubench.report.format import FACTOR_NOTES, column_note, fmt, md_table, table_headers
+from gpubench.report.format import (
+    FACTOR_NOTES,
+    column_note,
+    fmt,
+    fmt_ratio,
+    md_table,
+    table_headers,
+)
 from gpubench.telemetry import text as telemetry_text
 
 
@@ -30,7 +37,7 @@ def describe(effect: dict) -> str:
 
 
 def _fmt_x(value: float | None) -> str:
-    return "n/a" if value is None else f"{fmt(value, '.2f')}x"
+    return "n/a" if value is None else f"{fmt_ratio(value)}x"
 
 
 def accuracy_text(row: dict) -> str:
@@ -51,7 +58,7 @@ def _effect_text(row: dict) -> str:
 def _cells(row: dict, matmul_records: Sequence[dict]) -> list[str]:
     """One variant's cells of `table`."""
     interval = ("n/a" if row["low"] is None
-                else f"{fmt(row['low'], '.2f')}–{fmt(row['high'], '.2f')}")
+                else f"{fmt_ratio(row['low'])}–{fmt_ratio(row['high'])}")
     pct = factors.percent_of_matmul_peak(row["record"], matmul_records)
     rate, gflops, steps = row["samples_per_second"], row["achieved_gflops"], row["steps_measured"]
     return [row["device"], row["label"], _fmt_x(row["speedup"]), _fmt_x(row["median_speedup"]),

@@ -35,6 +35,13 @@ def fmt_seconds(value: float | None) -> str:
     return text if text in (MISSING, NOT_A_NUMBER) else f"{text} s"
 
 
+def fmt_ratio(value: float | None) -> str:
+    """A ratio's figure: two decimals ("1.45", "0.41"), two significant figures below 0.1
+    ("0.0045"), so a large slowdown never reads "0.00"; "–" / "n/a" as `fmt` has them."""
+    spec = ".2g" if value is not None and abs(value) < 0.1 and value != 0 else ".2f"
+    return fmt(value, spec)
+
+
 def fmt_time(seconds: float | None) -> str:
     """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none,
     "n/a" for no finite number (`fmt`'s rule)."""

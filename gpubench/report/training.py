@@ -18,7 +18,7 @@ from gpubench.records import (
     ok_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, fmt_range, fmt_seconds
+from gpubench.report.format import explained_table, fmt, fmt_range, fmt_ratio, fmt_seconds
 from gpubench.telemetry import text as telemetry_text
 
 _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
@@ -117,7 +117,7 @@ def _versus(base: dict | None, other: dict, no_cpu_env: bool = False) -> tuple[s
     if base["epochs"] != other["epochs"] or base["train_samples"] != other["train_samples"]:
         return "n/a (different settings)", "–"
     saved = 1 - other["total_seconds"] / base["total_seconds"]
-    return fmt(saved, ".0%"), f"{fmt(base['total_seconds'] / other['total_seconds'], '.2f')}x"
+    return fmt(saved, ".0%"), f"{fmt_ratio(base['total_seconds'] / other['total_seconds'])}x"
 
 
 def _joules(value: float) -> str:

@@ -24,7 +24,7 @@ CHANCE = 0.1  # ten classes
 
 @dataclass
 class Split:
-    """Model-ready float32 arrays: train, validation and test, and the dataset they came from."""
+    """Model-ready float32 arrays: train, validation and test."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -91,14 +91,17 @@ def record(model, history, timer, data: Dataset, *, batch_size: int,
     if timer.device is None:
         raise ValueError("record() needs the epoch timer of the device it trained on: "
                          "timing.epoch_timer(device)")
+    if error is None and test is None:
+        raise ValueError("record() needs test=(loss, accuracy), what model.evaluate returned, "
+                         "or error=the exception that stopped the training")
     epochs = history.params["epochs"] if history is not None else len(timer.epoch_seconds)
+    mode = mode_fields(model)
     fields = dict(
         notebook=notebook, env=env or results.default_env_name(),
         device=devices.resolve(timer.device), model=model.name, dataset=data.name,
         data_source=data.source, data_verified=data.verified, epochs=epochs,
         batch_size=batch_size, train_samples=samples[0], validation_samples=samples[1],
-        **mode_fields(model),
-        **timing.train_fields(timer.epoch_seconds, samples[0], models.flops_per_sample(model)),
+        **mode, **timing.train_fields(timer.epoch_seconds, samples[0], mode["flops_per_sample"]),
         telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
         **telemetry.epoch_fields(timer.epoch_telemetry))
     if error is not None:

@@ -162,11 +162,14 @@ def test_train_record_is_complete_and_consistent(tmp_path):
     assert "synthetic" in training.summary(record) and "NOT the real dataset" in training.summary(record)
 
 
-def test_a_record_needs_the_timer_of_a_device():
+def test_a_record_needs_a_device_timer_and_the_evaluation_or_the_error():
     ds = data.load("mnist", source="synthetic", max_train_samples=200, verbose=False)
     model = training.build_model("mlp_h1000", "cpu")
     with pytest.raises(ValueError, match=r"epoch timer of the device.*epoch_timer\(device\)"):
         training.record(model, None, timing.epoch_timer(), ds, batch_size=100, samples=(1, 1))
+    with pytest.raises(ValueError, match=r"needs test=\(loss, accuracy\).*or error="):
+        training.record(model, None, timing.epoch_timer("cpu"), ds, batch_size=100,
+                        samples=(1, 1))
 
 
 def test_interrupted_training_keeps_the_epochs_measured(tmp_path):

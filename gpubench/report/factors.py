@@ -30,7 +30,7 @@ def describe(effect: dict) -> str:
     if effect["verdict"] == "no clear effect":
         return "no clear effect"
     if speedup >= 1:
-        return f"{fmt(speedup, '.2f')}x faster"
+        return f"{fmt_ratio(speedup)}x faster"
     slower = 1 / speedup if speedup else math.inf
     return f"{fmt(slower, '.0f' if slower >= 10 else '.2f')}x slower"
 

@@ -31,8 +31,13 @@ def fmt(value, spec: str) -> str:
 def fmt_seconds(value: float | None) -> str:
     """Seconds to three significant figures ("0.0123 s", "12.3 s", "402 s"); "–" for none, "n/a"
     for no finite number (`fmt`'s rule)."""
-    text = fmt(value, ".0f" if value is not None and value >= 100 else ".3g")
+    text = _three_figures(value)
     return text if text in (MISSING, NOT_A_NUMBER) else f"{text} s"
+
+
+def _three_figures(value: float | None) -> str:
+    """`value` to three significant figures, whole from 100 up ("0.0123", "12.3", "402")."""
+    return fmt(value, ".0f" if value is not None and value >= 100 else ".3g")
 
 
 def fmt_ratio(value: float | None) -> str:
@@ -50,7 +55,7 @@ def fmt_time(seconds: float | None) -> str:
     for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
         value = seconds * scale
         if float(f"{value:.3g}") < 1000 or unit == "s":
-            return f"{fmt(value, '.0f' if value >= 100 else '.3g')} {unit}"
+            return f"{_three_figures(value)} {unit}"
     return "–"  # not reached
 
 

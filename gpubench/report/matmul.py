@@ -26,7 +26,7 @@ from gpubench.records import (
     sweep_records,
 )
 from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, fmt_rate, fmt_time
+from gpubench.report.format import explained_table, fmt, fmt_rate, fmt_ratio, fmt_time
 
 QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
 # How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
@@ -220,7 +220,7 @@ def alignment_lines(records: list[dict]) -> list[str]:
                  if r["size"] == aligned_size(book["size"]) else "aligned")
         lines.append(f"- {r['device']} {dtype_of(r)}: n = {book['size']} ran at "
                      f"{fmt_rate(book['gflops'])}, n = {r['size']} ({which}) at "
-                     f"{fmt_rate(r['gflops'])} ({ratio:.2f}x): {verdict}.")
+                     f"{fmt_rate(r['gflops'])} ({fmt_ratio(ratio)}x): {verdict}.")
     return lines
 
 

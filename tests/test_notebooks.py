@@ -48,6 +48,8 @@ def test_stored_notebook_is_clean(name):
             shown = text + "".join(str(v) for v in out.get("data", {}).values())
             for machine_path in MACHINE_PATHS:
                 assert machine_path not in shown, f"{name}: a machine path in the outputs: {machine_path}"
+            for path in re.findall(r"^Results: +(\S+)", shown, re.M):  # a run outside the checkout
+                assert not os.path.isabs(path), f"{name}: the stored results path {path} is absolute"
     counts = [c.execution_count for c in code]
     assert counts == list(range(1, len(code) + 1)), \
         f"{name}: stored outputs are not one complete run numbered 1, 2, ...: {counts}"

@@ -74,5 +74,5 @@ def machine() -> str:
     """The CPU and software a benchmark ran on, for its first line."""
     env = gb.results.environment_snapshot()
     return (f"CPU: {env['cpu_model']} ({env['cpu_count']} cores); "
-            f"{gb.records.BACKEND_TITLES.get(env['backend'], env['backend'])} "
+            f"{gb.backends.BACKEND_TITLES.get(env['backend'], env['backend'])} "
             f"{env['backend_version']}, Keras {env['keras']}")

@@ -23,8 +23,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from gpubench import telemetry  # stdlib only: loads no framework
-from gpubench.telemetry import text as telemetry_text
+from gpubench import (
+    fmt,
+    telemetry,  # stdlib only: loads no framework
+)
 
 
 def parse() -> argparse.Namespace:
@@ -97,7 +99,7 @@ def main() -> None:
              for who, values in (("fastest", fastest), ("median", median))}
     print(f"throughput ratio with/without the Monitor: fastest {ratio['fastest']:.3f} "
           f"(target >= 0.98), median {ratio['median']:.3f}")
-    print("last epoch:", telemetry_text.line(last, epochs=1))
+    print("last epoch:", fmt.telemetry_line(last, epochs=1))
 
 
 if __name__ == "__main__":

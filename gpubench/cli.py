@@ -252,7 +252,7 @@ def doctor_report() -> dict:
 
 def _doctor(args: argparse.Namespace) -> int:
     runner.check_backend(os.environ.get("KERAS_BACKEND"))
-    from gpubench import notebook  # noqa: PLC0415
+    from gpubench import chapter  # noqa: PLC0415
 
     # a framework's print must not get into the JSON document
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
@@ -264,7 +264,7 @@ def _doctor(args: argparse.Namespace) -> int:
     snapshot = {k: v for k, v in found.items()
                 if k not in ("devices", "env", "tensorflow_importable", "diagnosis", "gpubench",
                              "checkout")}
-    print(notebook.describe_environment(snapshot))
+    print(chapter.describe_environment(snapshot))
     backend = found.get("backend") or "the backend"
     print(f"Devices {backend} sees: {', '.join(found['devices'])} (env label {found['env']})")
     if "diagnosis" in found:

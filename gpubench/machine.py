@@ -9,12 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import signal
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 # Environment variables that change what a backend does; a record keeps those that are set.
@@ -120,39 +115,3 @@ def facts() -> dict:
             "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb(),
             "gpus": smi_gpus(), "git_commit": git_commit(), "hostname": platform.node(),
             "tf_env": {name: os.environ[name] for name in SPEED_ENV_VARS if name in os.environ}}
-
-
-def _pdeathsig() -> Callable[..., int]:
-    """Linux's prctl, bound now (nothing is imported between fork and exec)."""
-    import ctypes  # noqa: PLC0415 - only where a process is tied to its parent
-
-    return ctypes.CDLL(None, use_errno=True).prctl
-
-
-def tie_to_parent(parent: int, prctl: Callable[..., int] | None = None) -> None:
-    """End this process when `parent` (its parent's PID) dies, even by kill -9: the kernel sends
-    SIGKILL (PR_SET_PDEATHSIG) on Linux; elsewhere a thread polls the parent's PID."""
-    if sys.platform.startswith("linux"):
-        (prctl or _pdeathsig())(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        if os.getpgid(0) == os.getpid():  # a group leader: end its children too
-            os.killpg(os.getpid(), signal.SIGKILL)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A Popen preexec_fn that ties the child to this process (`tie_to_parent`, set between fork
-    and exec so no moment of the child's life is untied); None off Linux, where the child
-    ties itself."""
-    if not sys.platform.startswith("linux"):
-        return None
-    parent, prctl = os.getpid(), _pdeathsig()
-    return lambda: tie_to_parent(parent, prctl)

@@ -10,7 +10,7 @@ rigorous:  the matrices exist on the device beforehand; the product runs compile
            of `repeats` blocks' per-product times (`seconds`, `gflops`); and the call latency,
            one product from the call to its result on the host (`call_seconds`).
 peak:      the rigorous product at one large n, the fastest block: each env's reference for
-           every "% of peak" (gpubench.records.peak_record finds it).
+           every "% of peak" (gpubench.results.peak_record finds it).
 aligned:   on a GPU, for 16-bit dtypes, each swept n that is not a multiple of 8 is also timed
            at the next multiple (`aligned_size`), a rigorous record with `aligned_from` = n.
 All report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpubench import backends, devices, peaks, results, telemetry, timing
-from gpubench import records as queries
 from gpubench.params import check_value, positive_int
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 
@@ -58,7 +57,7 @@ def check_dtypes(dtypes) -> list[str]:
 
 def check_method(method: str) -> str:
     """Return `method` if known, or raise naming it and the accepted ones."""
-    if method == queries.PEAK_METHOD:
+    if method == results.PEAK_METHOD:
         raise ValueError(f"method {method!r} is the peak probe, not a sweep method: call "
                          f"gb.matmul.peak or peaks_for; use one of {', '.join(METHODS)}")
     if method not in METHODS:
@@ -238,7 +237,7 @@ def peak(device_name: str, dtype: str = "float32", *, notebook: str,
     (dtype,) = check_dtypes([dtype])
     size = PEAK_SIZE["cpu" if device.startswith("cpu") else "gpu"]
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                  size=size, dtype=dtype, method=queries.PEAK_METHOD,
+                  size=size, dtype=dtype, method=results.PEAK_METHOD,
                   spec_peak_gflops=spec_peak(device, dtype))
     return _record(lambda: _product_fields(_peak(device, size, dtype, PEAK_REPEATS), size, "min"),
                    **common)
@@ -265,8 +264,8 @@ def peaks_for(
     stored = store.read() if store is not None else []
     found = []
     for device, dtype in itertools.product(resolved, dtypes):
-        record = (queries.peak_record(queries.latest_attempts(stored), env, device, dtype)
-                  or queries.peak_record(stored, env, device, dtype))
+        record = (results.peak_record(results.latest_attempts(stored), env, device, dtype)
+                  or results.peak_record(stored, env, device, dtype))
         if record is None:
             record = peak(device, dtype, notebook=notebook, env=env)
             if store is not None:
@@ -329,7 +328,7 @@ def sweep(
 
 def describe(record: dict) -> str:
     """One line for a matmul record, for progress output (times in ms, one unit down a sweep)."""
-    if record.get("method") == queries.PEAK_METHOD:
+    if record.get("method") == results.PEAK_METHOD:
         head = f"peak probe n={record['size']} {record['device']} {record['dtype']}:"
         if record["status"] != "ok":
             return f"{head} {record['status'].upper()}: {record['error']}"

@@ -1,7 +1,7 @@
 """The rules of the notebooks' parameters: accepted values, checks, what the quick profile changes.
 
 The ground layer (stdlib only, no gpubench import): the runner checks `-p` values with
-these rules before any kernel starts, and `gb.notebook.start` checks the same values in the
+these rules before any kernel starts, and `gb.chapter.start` checks the same values in the
 kernel. Each notebook's parameters cell is the one declaration of its names and defaults (the
 book's values, the `full` profile); `declared` reads it from the .ipynb, and this module holds
 only what a cell cannot: the rules and `_QUICK`, what a smoke run changes. None takes the

@@ -15,6 +15,7 @@ import math
 import os
 import uuid
 import warnings
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -385,3 +386,47 @@ def default_results_path() -> Path:
     runs/interactive/results.jsonl."""
     env = os.environ.get("GPUBENCH_RESULTS_PATH")
     return Path(env) if env else runs_dir() / "interactive" / "results.jsonl"
+
+
+# ---------------------------------------------------------------- queries a chapter needs
+
+
+def job_of(record: dict) -> tuple:
+    """The job a record belongs to: run dir, env and notebook."""
+    return record.get("_run_dir"), record["env"], record["notebook"]
+
+
+def latest_attempts(records: list[dict]) -> list[dict]:
+    """Only the records of each job's latest attempt (a job: run dir, env and notebook)."""
+    last: dict[tuple, int] = defaultdict(int)
+    for r in records:
+        last[job_of(r)] = max(last[job_of(r)], r["attempt"])
+    return [r for r in records if r["attempt"] == last[job_of(r)]]
+
+
+def ok_records(records: list[dict], benchmark: str) -> list[dict]:
+    """The records of `benchmark` whose status is "ok"."""
+    return [r for r in records if r["benchmark"] == benchmark and r["status"] == "ok"]
+
+
+def dtype_of(record: dict) -> str:
+    """A matmul record's dtype (older records: float32)."""
+    return record.get("dtype") or "float32"
+
+
+PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
+
+
+def peak_record(records: list[dict], env: str, device: str, dtype: str) -> dict | None:
+    """The newest ok matmul peak-probe record (method "peak") of that env, device and dtype:
+    the one reference of every "% of peak" (chapter, report and Compare_CPU_GPU alike)."""
+    found = [r for r in ok_records(records, "matmul")
+             if r.get("method") == PEAK_METHOD and r.get("env") == env
+             and r.get("device") == device and dtype_of(r) == dtype and r.get("gflops")]
+    return max(found, key=lambda r: str(r.get("timestamp") or ""), default=None)
+
+
+def peak_gflops(records: list[dict], env: str, device: str, dtype: str) -> float | None:
+    """The GFLOP/s of `peak_record` (None when that env never ran the probe at that dtype)."""
+    found = peak_record(records, env, device, dtype)
+    return found["gflops"] if found else None

@@ -22,6 +22,7 @@ one call, and the single calls are timed apart only when a call is shorter than 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -221,3 +222,13 @@ def train_fields(epoch_seconds: Sequence[float], train_samples: int,
         samples_per_second=rate,
         achieved_gflops=flops_per_sample * rate / 1e9 if rate and flops_per_sample else None,
     )
+
+
+def busy_percent(epoch_util: Sequence[float | None] | None,
+                 run_mean: float | None) -> tuple[float | None, bool]:
+    """GPU busy % by its one definition (BUSY_DEFINITION), and whether it fell back to the run's
+    mean for want of per-epoch figures."""
+    found = [u for u in steady(epoch_util or []) if u is not None]
+    if found:
+        return statistics.median(found), False
+    return run_mean, run_mean is not None

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpubench import backends, devices, models, results, telemetry, timing
+from gpubench import backends, devices, fmt, models, results, telemetry, timing
 from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
-from gpubench.telemetry import text as telemetry_text
 
 CHANCE = 0.1  # ten classes
 
@@ -149,6 +148,6 @@ def summary(record: dict) -> str:
         + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
            "meaningful)" if record["test_accuracy"] < 2 * CHANCE else ""),
         f"  data:         {record['dataset']} from {source}",
-        "  telemetry:    " + telemetry_text.line(record["telemetry"], record["epochs"],
+        "  telemetry:    " + fmt.telemetry_line(record["telemetry"], record["epochs"],
                                                 record.get("epoch_gpu_util_percent")),
     ])

@@ -13,7 +13,7 @@ import pytest
 from gpubench import factors, results, telemetry
 from gpubench.factors import measure
 from gpubench.factors import trainer as factor_trainer
-from gpubench.telemetry import text as telemetry_text
+from gpubench.report import telemetry as telemetry_text
 
 
 def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
@@ -526,12 +526,11 @@ def test_jax_has_no_xla_factor_and_tf_data_needs_tensorflow():
 
 
 def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
-    from gpubench import backends
     from gpubench.params import DEFAULTS
 
     defaults = DEFAULTS["full"]["Speed_Factors"]
     params = {name: defaults[name] for name in factors.LIST_PARAMS}
-    monkeypatch.setattr(backends.part("feeds"), "tf_data_available", lambda: False)
+    monkeypatch.setattr(factors.feeds(), "tf_data_available", lambda: False)
     kept, notes = factors.chapter_values(params)
     assert "tf.data" not in kept["input_pipeline"] and "on_device" in kept["input_pipeline"]
     assert any("tf.data" in n for n in notes)
@@ -540,9 +539,9 @@ def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
 
 
 def test_run_refuses_tf_data_where_tensorflow_cannot_be_imported(monkeypatch):
-    from gpubench import backends, data
+    from gpubench import data
 
-    monkeypatch.setattr(backends.part("feeds"), "tf_data_available", lambda: False)
+    monkeypatch.setattr(factors.feeds(), "tf_data_available", lambda: False)
     dataset = data.load("mnist", source="synthetic", max_train_samples=60, verbose=False)
     with pytest.raises(ValueError, match=r"tf.data.*pip install tensorflow-cpu"):
         factors.run("mlp_h1000", dataset, ["cpu"], {"input_pipeline": ["tf.data"]}, epochs=2)

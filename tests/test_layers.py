@@ -1,9 +1,11 @@
-"""The package's layers: every import goes to the module's own layer or lower, and no import,
-at module level or inside a function, closes a circle."""
+"""The package's two tiers, as docs/architecture.md declares them: the chapter tier never imports
+the tools tier (GPU telemetry alone, inside a function, where a GPU is measured), and no
+import, at module level or inside a function, closes a circle."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,58 +15,34 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "gpubench"
-
-# Lowest first. A module may import its own layer and the layers below it, never above.
-LAYERS = {
-    # Stdlib only, no gpubench import: parameters and their rules (the runner checks -p values
-    # with them before any kernel starts), the machine's facts (nvidia-smi, CPU, RAM), the
-    # datasheet peaks. The package itself holds __version__ and imports submodules by name
-    # on first use (importlib, not counted here).
-    "ground": ["gpubench", "gpubench.params", "gpubench.machine", "gpubench.peaks"],
-    # Everything that differs by backend; the only modules that load TensorFlow, JAX or PyTorch.
-    "seam": ["gpubench.backends", "gpubench.backends.tensorflow", "gpubench.backends.jax",
-             "gpubench.backends.torch", "gpubench.backends.tensorflow_feeds",
-             "gpubench.backends.jax_feeds", "gpubench.backends.torch_feeds", "gpubench.backends.tf_data",
-             "gpubench.backends.tensorflow_parallel", "gpubench.backends.jax_parallel"],
-    # Clocks, telemetry (and the one-line summary in words that training prints), datasets,
-    # the book's models, device names and placement.
-    "building blocks": ["gpubench.timing", "gpubench.telemetry",
-                        "gpubench.data", "gpubench.models", "gpubench.devices"],
-    # The record schema and store, the queries over records, and the run directory's lock and
-    # atomic writes. Below the measurements, which write records (results.make_record) and
-    # hold the run-directory lock (scaling's workers).
-    "records": ["gpubench.schema", "gpubench.results", "gpubench.records", "gpubench.rundir"],
-    # The chapters' engines, and what a chapter does first (`notebook.start`). No measurement
-    # imports `notebook`: its rules live in `params` (asserted below).
-    "measurements": ["gpubench.matmul", "gpubench.training", "gpubench.factors",
-                     "gpubench.scaling", "gpubench.notebook"],
-    # The report's tables, charts and text.
-    "presentation": ["gpubench.report"],
-    # The CLI, `gpubench run` across env kernels, creating envs and kernels.
-    "orchestration": ["gpubench.__main__", "gpubench.cli", "gpubench.runner", "gpubench.envs"],
-}
-LISTED = {module: level for level, modules in enumerate(LAYERS.values()) for module in modules}
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+# The one import the chapter tier makes of the tools tier: NVML telemetry, inside a function,
+# only where a GPU is measured (a CPU run loads none of it; test_notebooks checks that).
+LAZY_EXCEPTION = "gpubench.telemetry"
 
 
-def layer_of(module: str) -> int | None:
-    """A module's layer: its own entry, else its subpackage's (gpubench.report.matmul is in
-    gpubench.report's layer); None when neither is listed."""
-    while module and module != "gpubench":
-        if module in LISTED:
-            return LISTED[module]
+def declared_tiers(text: str | None = None) -> dict[str, list[str]]:
+    """{tier: [module or subpackage]} from the tier table of docs/architecture.md: the rows
+    "| chapter | `name`, ... |" and "| tools | ... |", names as gpubench.NAME."""
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    tiers = {}
+    for tier in ("chapter", "tools"):
+        row = re.search(rf"^\| {tier} \| (.*?) \|", text, re.M)
+        assert row, f"docs/architecture.md lacks the row '| {tier} | ... |' of the tier table"
+        names = re.findall(r"`([\w/]+)`", row[1])
+        tiers[tier] = ["gpubench" if n == "__init__" else "gpubench." + n.strip("/").replace("/", ".")
+                       for n in names]
+    return tiers
+
+
+def tier_of(module: str, tiers: dict[str, list[str]]) -> str | None:
+    """A module's tier: its own entry, else its subpackage's; None when neither is listed."""
+    listed = {m: tier for tier, modules in tiers.items() for m in modules}
+    while module:
+        if module in listed:
+            return listed[module]
         module = module.rpartition(".")[0]
-    return LISTED.get(module)
-
-
-class _Levels(dict):
-    def __missing__(self, module: str) -> int:
-        level = layer_of(module)
-        if level is None:
-            raise KeyError(module)
-        return level
-
-
-LEVEL = _Levels(LISTED)
+    return None
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -81,11 +59,14 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports_of(path: Path, root: Path, known: set[str]) -> set[str]:
-    """The package modules that the file at `path` imports anywhere in it (functions too)."""
+def imports_of(path: Path, root: Path, known: set[str]) -> dict[str, bool]:
+    """{package module imported anywhere in the file at `path`: whether only inside functions}."""
     module = _module_name(path, root)
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
+    found: dict[str, bool] = {}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -99,18 +80,18 @@ def imports_of(path: Path, root: Path, known: set[str]) -> set[str]:
             while name and name not in known:  # `import gpubench.x.y` -> the longest known
                 name = name.rpartition(".")[0]
             if name and name != module:
-                found.add(name)
+                found[name] = found.get(name, True) and id(node) in in_function
     return found
 
 
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """module -> the package modules it imports."""
+def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, bool]]:
+    """module -> {the package modules it imports: whether only inside functions}."""
     files, root = sorted(package.rglob("*.py")), package.parent
     known = {_module_name(f, root) for f in files}
     return {_module_name(f, root): imports_of(f, root, known) for f in files}
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def find_cycle(graph: dict) -> list[str] | None:
     """One import circle in `graph` (its modules, the first repeated at the end), or None."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
@@ -133,12 +114,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Each import of a higher layer, as "module (layer) -> module (layer)"."""
-    names = list(LAYERS)
-    return [f"{m} ({names[LEVEL[m]]}) -> {t} ({names[LEVEL[t]]})"
-            for m, targets in sorted(graph.items()) for t in sorted(targets)
-            if LEVEL[t] > LEVEL[m]]
+def crossings(graph: dict[str, dict[str, bool]], tiers: dict[str, list[str]]) -> list[str]:
+    """Each import of the tools tier by the chapter tier (but telemetry inside a function)."""
+    return [f"{m} -> {t}" for m, targets in sorted(graph.items()) for t, lazy in sorted(targets.items())
+            if tier_of(m, tiers) == "chapter" and tier_of(t, tiers) == "tools"
+            and not (lazy and tier_of(t, {"x": [LAZY_EXCEPTION]}) == "x")]
 
 
 @pytest.fixture(scope="module")
@@ -146,53 +126,36 @@ def graph():
     return import_graph()
 
 
-def test_every_module_has_a_layer(graph):
-    unlisted = sorted(m for m in graph if layer_of(m) is None)
-    assert unlisted == [], "add the new module (or its subpackage) to LAYERS and architecture.md"
-    assert sorted(set(LISTED) - set(graph)) == [], "LAYERS names a module that is gone"
+def test_every_module_has_a_tier_in_the_architecture_page(graph):
+    tiers = declared_tiers()
+    unlisted = sorted(m for m in graph if tier_of(m, tiers) is None)
+    assert unlisted == [], "add the new module (or its subpackage) to docs/architecture.md"
+    gone = sorted(m for ms in tiers.values() for m in ms
+                  if not any(g == m or g.startswith(m + ".") for g in graph))
+    assert gone == [], "docs/architecture.md names a module that is gone"
 
 
-def test_imports_go_downward_only(graph):
-    assert upward_imports(graph) == []
+def test_the_chapter_tier_never_imports_the_tools_tier(graph):
+    assert crossings(graph, declared_tiers()) == []
 
 
 def test_no_import_cycle(graph):
     assert find_cycle(graph) is None
 
 
-def test_measurements_do_not_import_the_notebook_layer(graph):
-    level = list(LAYERS).index("measurements")
-    measurements = {m for m in graph if layer_of(m) == level} - {"gpubench.notebook"}
-    assert "gpubench.matmul" in measurements
-    assert {m: sorted(graph[m] & {"gpubench.notebook"}) for m in measurements} == \
-        {m: [] for m in measurements}
-
-
-def test_ground_imports_nothing_of_the_package(graph):
-    assert {m: sorted(graph[m]) for m in LAYERS["ground"]} == {m: [] for m in LAYERS["ground"]}
-
-
-def test_only_the_seam_imports_tensorflow_jax_or_torch():
-    frameworks = {"tensorflow", "jax", "jaxlib", "torch"}
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.parent.name == "backends":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                     else [])
-            found += [f"{path.name}: {n}" for n in names if n.partition(".")[0] in frameworks]
-    assert found == []
-
-
-def test_the_checks_find_a_planted_cycle_and_an_upward_import():
+def test_the_checks_find_a_planted_cycle_and_a_crossing():
     planted = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(planted) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     assert find_cycle({"a": {"a"}}) == ["a", "a"]
-    upward = {"gpubench.params": {"gpubench.report"}, "gpubench.report": set()}
-    assert upward_imports(upward) == ["gpubench.params (ground) -> gpubench.report (presentation)"]
+    tiers = declared_tiers("| chapter | `params`, `timing` |\n| tools | `report/`, `telemetry/` |\n")
+    planted = {"gpubench.params": {"gpubench.report.matmul": True},
+               "gpubench.timing": {"gpubench.telemetry": True, "gpubench.report": False},
+               "gpubench.report": {"gpubench.params": False}}
+    assert crossings(planted, tiers) == ["gpubench.params -> gpubench.report.matmul",
+                                         "gpubench.timing -> gpubench.report"]
+    planted["gpubench.timing"]["gpubench.telemetry"] = False  # at module level: a crossing
+    assert "gpubench.timing -> gpubench.telemetry" in crossings(planted, tiers)
 
 
 def test_the_graph_sees_every_form_of_import(tmp_path):
@@ -204,10 +167,10 @@ def test_the_graph_sees_every_form_of_import(tmp_path):
     (pkg / "top.py").write_text("import gpubench.other\n\ndef f():\n    from gpubench import sub\n")
     (pkg / "other.py").write_text("from gpubench.sub.leaf import name\nfrom gpubench import x\n")
     found = import_graph(pkg)
-    assert found == {"gpubench": set(), "gpubench.sub": {"gpubench.sub.leaf"},
-                     "gpubench.sub.leaf": {"gpubench.top"},
-                     "gpubench.top": {"gpubench.other", "gpubench.sub"},
-                     "gpubench.other": {"gpubench.sub.leaf", "gpubench"}}
+    assert found == {"gpubench": {}, "gpubench.sub": {"gpubench.sub.leaf": False},
+                     "gpubench.sub.leaf": {"gpubench.top": False},
+                     "gpubench.top": {"gpubench.other": False, "gpubench.sub": True},
+                     "gpubench.other": {"gpubench.sub.leaf": False, "gpubench": False}}
     cycle = find_cycle(found)
     assert cycle and cycle[0] == cycle[-1]
     assert all(b in found[a] for a, b in zip(cycle, cycle[1:], strict=False))

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from gpubench import backends, devices, matmul, notebook, peaks, results, timing
-from gpubench import records as queries
+from gpubench import backends, chapter, devices, matmul, peaks, results, timing
 
 
 def test_book_method_record(tmp_path):
@@ -75,7 +74,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
 def test_bad_sizes_are_named_and_nothing_is_written(tmp_path, sizes):
     path = tmp_path / "run" / "results.jsonl"
     with pytest.raises(ValueError) as info:
-        notebook.start("performanceTest", sizes=sizes, results_path=str(path), profile="quick")
+        chapter.start("performanceTest", sizes=sizes, results_path=str(path), profile="quick")
     if sizes:
         assert repr(sizes[-1]) in str(info.value) or repr(sizes[0]) in str(info.value)
     assert not path.exists()
@@ -91,7 +90,7 @@ def test_bad_sizes_in_sweep_write_nothing(tmp_path):
 def test_unknown_device_is_named(tmp_path):
     path = tmp_path / "results.jsonl"
     with pytest.raises(ValueError, match="'tpu'"):
-        notebook.start("performanceTest", devices=["tpu"], results_path=str(path))
+        chapter.start("performanceTest", devices=["tpu"], results_path=str(path))
     assert not path.exists()
 
 
@@ -99,20 +98,20 @@ def test_missing_gpu_index_is_named(fake_machine, tmp_path):
     fake_machine(gpus=1, cuda_build=True)
     path = tmp_path / "results.jsonl"
     with pytest.raises(devices.DeviceError, match="'gpu:7'.*gpu:0"):
-        notebook.start("performanceTest", devices=["gpu:7", "cpu"], results_path=str(path))
+        chapter.start("performanceTest", devices=["gpu:7", "cpu"], results_path=str(path))
     assert not path.exists()
 
 
 def test_gpu_without_gpu_fails_loudly(fake_machine, tmp_path):
     fake_machine(gpus=0, cuda_build=False)
     with pytest.raises(devices.GPUNotAvailableError):
-        notebook.start("performanceTest", devices=["gpu"], results_path=str(tmp_path / "r.jsonl"))
+        chapter.start("performanceTest", devices=["gpu"], results_path=str(tmp_path / "r.jsonl"))
 
 
 def test_unsupported_dtype_is_named(tmp_path):
     path = tmp_path / "results.jsonl"
     with pytest.raises(ValueError, match="'int8'.*float32"):
-        notebook.start("performanceTest", dtype="int8", results_path=str(path))
+        chapter.start("performanceTest", dtype="int8", results_path=str(path))
     assert not path.exists()
 
 
@@ -121,19 +120,19 @@ def test_unwritable_results_path_is_named(tmp_path):
     blocker.write_text("not a folder")
     bad = blocker / "results.jsonl"
     with pytest.raises(results.ResultsPathError, match="a-file/results.jsonl"):
-        notebook.start("performanceTest", results_path=str(bad), profile="quick")
+        chapter.start("performanceTest", results_path=str(bad), profile="quick")
     with pytest.raises(results.ResultsPathError, match="is a directory"):
-        notebook.start("performanceTest", results_path=str(tmp_path), profile="quick")
+        chapter.start("performanceTest", results_path=str(tmp_path), profile="quick")
 
 
 def test_unknown_profile_is_named(tmp_path):
     with pytest.raises(ValueError, match="'fast'.*full, quick"):
-        notebook.start("performanceTest", profile="fast", results_path=str(tmp_path / "r"))
+        chapter.start("performanceTest", profile="fast", results_path=str(tmp_path / "r"))
 
 
 def test_start_resolves_profile_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUBENCH_PROFILE", "quick")
-    cfg = notebook.start("performanceTest", results_path=str(tmp_path / "r.jsonl"))
+    cfg = chapter.start("performanceTest", results_path=str(tmp_path / "r.jsonl"))
     assert cfg.profile == "quick" and cfg.sizes == [500, 1000, 1500, 2000]
     assert cfg.devices == ["cpu"]  # this machine has no GPU
     assert json.loads(json.dumps(cfg.params)) == cfg.params  # plain, printable values
@@ -141,7 +140,7 @@ def test_start_resolves_profile_defaults(tmp_path, monkeypatch):
 
 def test_default_devices_put_every_gpu_first(fake_machine, tmp_path):
     fake_machine(gpus=2, cuda_build=True)
-    cfg = notebook.start("performanceTest", results_path=str(tmp_path / "r.jsonl"), profile="quick")
+    cfg = chapter.start("performanceTest", results_path=str(tmp_path / "r.jsonl"), profile="quick")
     assert cfg.devices == ["gpu:0", "gpu:1", "cpu"]
 
 
@@ -228,13 +227,13 @@ def tiny_peak(monkeypatch):
 def test_peak_probe_record_is_the_fastest_of_its_repeats(tiny_peak):
     record = matmul.peak("cpu", notebook="performanceTest", env="test")
     results.validate(record)
-    assert record["status"] == "ok" and record["method"] == queries.PEAK_METHOD == "peak"
+    assert record["status"] == "ok" and record["method"] == results.PEAK_METHOD == "peak"
     assert record["size"] == 64 and record["dtype"] == "float32" and record["env"] == "test"
     assert record["repeats"] == matmul.PEAK_REPEATS and record["notebook"] == "performanceTest"
     assert record["seconds"] == record["seconds_min"] <= record["seconds_max"]
     assert record["gflops"] == pytest.approx(2 * 64**3 / record["seconds_min"] / 1e9)
     assert record["first_seconds"] > 0 and isinstance(record["telemetry"], dict)
-    assert queries.peak_record([record], "test", "cpu", "float32") is record
+    assert results.peak_record([record], "test", "cpu", "float32") is record
     assert record["products_per_block"] >= 1 and record["call_seconds"] > 0
     assert matmul.describe(record) == (
         f"peak probe n=64 cpu float32: {record['gflops']:.1f} GFLOP/s (fastest of 5 blocks of "
@@ -250,7 +249,7 @@ def test_peak_probe_that_runs_out_of_memory_is_recorded(tiny_peak, monkeypatch):
     monkeypatch.setattr(matmul, "_peak", fake)
     record = matmul.peak("cpu", "bfloat16", notebook="performanceTest", env="test")
     assert record["status"] == "oom" and record["method"] == "peak" and record["gflops"] is None
-    assert queries.peak_record([record], "test", "cpu", "bfloat16") is None
+    assert results.peak_record([record], "test", "cpu", "bfloat16") is None
     assert matmul.describe(record).startswith("peak probe n=64 cpu bfloat16: OOM: RuntimeError")
 
 
@@ -389,7 +388,7 @@ def test_schema_3_rigorous_seconds_read_as_call_latency(tmp_path):
         assert old["call_seconds"] == 0.002 and old["first_seconds"] == 0.3
         assert [old[k] for k in ("seconds", "seconds_min", "seconds_max", "seconds_iqr",
                                  "gflops", "products_per_block")] == [None] * 6
-    assert queries.peak_record([peak], "cpu", "cpu", "float32") is None  # no "% of peak" from it
+    assert results.peak_record([peak], "cpu", "cpu", "float32") is None  # no "% of peak" from it
     assert book["seconds"] == 0.002 and book["gflops"] == 125.0  # the book's figure stays
     assert book["call_seconds"] is None and book.get("warm_seconds") is None
     new = results.parse_line(json.dumps(results.make_record(
@@ -419,8 +418,8 @@ def test_a_resumed_job_counts_the_peak_its_earlier_attempt_measured(tiny_peak, t
     (again,) = matmul.peaks_for(["cpu"], "float32", store=store, env="cpu",
                                 notebook="performanceTest")
     store.append(matmul.performance_test("cpu", 32, "rigorous", 1, env="cpu"))  # the sweep goes on
-    latest = queries.latest_attempts(store.read())
-    found = queries.peak_record(latest, "cpu", "cpu", "float32")
+    latest = results.latest_attempts(store.read())
+    found = results.peak_record(latest, "cpu", "cpu", "float32")
     assert found is not None and found["gflops"] == first["gflops"]
     assert (found["attempt"], found["reused_from_attempt"]) == (2, 1) and again == found
     (third,) = matmul.peaks_for(["cpu"], "float32", store=store, env="cpu",

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, READING_ORDER, REPO, run_nbval
-from gpubench import factors, notebook, params, results
+from gpubench import chapter, factors, params, results
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 MACHINE_PATHS = {str(REPO), tempfile.gettempdir() + os.sep, *([str(Path.home())] if len(Path.home().parts) > 1 else [])}
@@ -199,8 +199,8 @@ def test_results_line_is_relative_in_the_checkout_and_absolute_outside(tmp_path)
     """In the checkout no machine path reaches a stored output; outside it, the kernel's folder
     is not the user's, so only an absolute path can be opened."""
     outside = tmp_path / "run" / "results.jsonl"
-    assert notebook.shown_path(outside) == str(outside.resolve())
-    assert notebook.shown_path(REPO / "runs" / "interactive" / "results.jsonl") == \
+    assert chapter.shown_path(outside) == str(outside.resolve())
+    assert chapter.shown_path(REPO / "runs" / "interactive" / "results.jsonl") == \
         "runs/interactive/results.jsonl"
 
 

@@ -1,4 +1,4 @@
-"""gpubench.params, the one home of the notebooks' parameter rules, and what `notebook.start`
+"""gpubench.params, the one home of the notebooks' parameter rules, and what `chapter.start`
 adds in the kernel: names papermill injected that no parameters cell declares."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import devices, notebook, params
+from gpubench import chapter, devices, params
 from gpubench.params import ParameterError
 
 
@@ -230,16 +230,16 @@ def test_gpubench_dataset_names_the_dataset_where_the_shape_fits(monkeypatch):
 
 def _kernel_globals(*cells: str, **defined) -> dict:
     """What a kernel's globals() hold after running `cells` (IPython keeps them in `In`)."""
-    return {"In": ["", *cells], "Out": {}, "get_ipython": print, "gb": notebook, **defined}
+    return {"In": ["", *cells], "Out": {}, "get_ipython": print, "gb": chapter, **defined}
 
 
 def test_injected_names_are_read_from_papermills_cell():
     values = _kernel_globals("profile = None\nepochs = 15\n", "# Parameters\nepoch = 2\nxla = \"on\"\n",
                              "import gpubench as gb")
-    assert notebook.injected_names(values) == ["epoch", "xla"]
+    assert chapter.injected_names(values) == ["epoch", "xla"]
     # a cell of the user's own that starts with the same comment but does more: not papermill's
-    assert notebook.injected_names(_kernel_globals("# Parameters\nprint(1)\nx = 2\n")) == []
-    assert notebook.injected_names({"epochs": 3}) == []  # a plain dict: nothing injected
+    assert chapter.injected_names(_kernel_globals("# Parameters\nprint(1)\nx = 2\n")) == []
+    assert chapter.injected_names({"epochs": 3}) == []  # a plain dict: nothing injected
 
 
 def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path):
@@ -247,7 +247,7 @@ def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path
     values = _kernel_globals("epochs = 15\n", "# Parameters\nepoch = 2\n", epochs=15, epoch=2,
                              results_path=str(path), model="not a parameter of this notebook")
     with pytest.raises(ParameterError) as info:
-        notebook.start("Mnist_MLP_h1000", values)
+        chapter.start("Mnist_MLP_h1000", values)
     message = str(info.value)
     assert "epoch passed to Mnist_MLP_h1000" in message and "model" not in message
     assert f"it takes {', '.join(params.parameter_names('Mnist_MLP_h1000'))}" in message
@@ -255,9 +255,9 @@ def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path
 
 
 def test_start_loads_no_framework_before_refusing():
-    script = ("import sys\nfrom gpubench import notebook\n"
+    script = ("import sys\nfrom gpubench import chapter\n"
               "values = {'In': ['# Parameters\\nepoch = 2\\n'], 'epoch': 2}\n"
-              "try:\n    notebook.start('Mnist_CNN', values)\nexcept ValueError:\n    pass\n"
+              "try:\n    chapter.start('Mnist_CNN', values)\nexcept ValueError:\n    pass\n"
               "sys.exit(1 if {'tensorflow', 'jax', 'keras'} & set(sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", script], cwd=REPO).returncode == 0
 

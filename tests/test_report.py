@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from conftest import REPO
-from gpubench import machine, report, results
+from gpubench import machine, plots, report, results
 
 
 def _env(host: str = "vm", backend: str = "tensorflow") -> dict:
@@ -211,7 +211,7 @@ def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words)
 
 
 def test_the_crossover_is_where_the_gpu_wins_from_then_on_not_a_lucky_size():
-    from gpubench.records import crossover
+    from gpubench.report.records import crossover
 
     assert crossover([(500, 0.5), (1000, 1.2), (1500, 0.9), (2000, 1.5), (2500, 3.0)]) == 2000
     assert crossover([(500, 2.0), (1000, 0.5)]) is None
@@ -323,8 +323,8 @@ def test_the_books_timing_has_its_own_panel_with_the_books_figures_dashed():
 
     records = _sweep(1.6) + [matmul("gpu", "gpu", 500, 2.0, method="book")]
     measured, book_ax = Figure().subplots(1, 2)
-    report.matmul.plot(records, "seconds", measured)
-    report.matmul.plot_book(records, book_ax)
+    plots.plot(records, "seconds", measured)
+    plots.plot_book(records, book_ax)
     assert not any("book" in line.get_label() for line in measured.get_lines())
     book = [line for line in book_ax.get_lines() if line.get_label().startswith(
         "book: GT 720 / its CPU (single run)")]

@@ -108,7 +108,7 @@ def _compose(data: bytes) -> tuple[str, dict]:
        st.floats(allow_infinity=True, min_value=0),
        st.sampled_from([".0f", ".1f", ".2f", ",.0f", ",.1f", ".0%", ".1%", "g", ".3g", ".4f"]))
 def test_the_number_helpers_never_print_inf_nan_none_or_minus_zero(value, high, spec):
-    from gpubench.report.format import fmt, fmt_range, fmt_ratio, md_table
+    from gpubench.fmt import fmt, fmt_range, fmt_ratio, md_table
 
     shown = [fmt(value, spec), md_table(["a"], [[value]]).splitlines()[-1], fmt_ratio(value)]
     if value is not None and value >= 0 and high >= value:

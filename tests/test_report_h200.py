@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from gpubench import records as gb_records
-from gpubench import report, results
-from gpubench.telemetry import text as telemetry_text
+from gpubench import fmt, report, results
 
 REFERENCE = REPO / "reference" / "h200-jax" / "results.jsonl"
 
@@ -42,7 +40,7 @@ def h200(tmp_path_factory) -> tuple[str, dict, list[dict]]:
 
 
 def test_the_speedup_pairs_every_gpu_dtype_and_timing_with_the_jax_cpu_env(h200):
-    series = gb_records.speedup_series(h200[2])
+    series = report.matmul.speedup_series(h200[2])
     keys = {(s["dtype"], s["quantity"]) for s in series}
     assert keys == {(d, q) for d in ("bfloat16", "float16", "float32") for q in ("call", "book")}
     assert {(s["column"], s["cpu_column"], s["cpu_dtype"]) for s in series} == {
@@ -91,7 +89,7 @@ def test_gpu_busy_is_one_figure_in_the_table_the_text_and_the_chapters_line(h200
         assert f"- vm · jax-gpu {model} on gpu:0: GPU busy {busy} of the epoch" in text
     mlp = next(r for r in loaded if r.get("model") == "mlp_h1000" and r["env"] == "jax-gpu"
                and r["notebook"] == "Mnist_MLP_h1000")
-    chapter = telemetry_text.line(mlp["telemetry"], mlp["epochs"], mlp["epoch_gpu_util_percent"])
+    chapter = fmt.telemetry_line(mlp["telemetry"], mlp["epochs"], mlp["epoch_gpu_util_percent"])
     assert "busy 6 %" in chapter
     assert "the median over the steady epochs" in text
 
@@ -168,7 +166,7 @@ def test_streaming_and_single_call_crossovers_differ_and_cannot_be_inverted(tmp_
 def test_a_16_bit_gpu_dtype_pairs_with_the_cpus_float32_and_says_so(tmp_path):
     records = [_rigorous("jax-cpu", "cpu", 1000, 0.01, 0.01)]
     records += [_rigorous("jax-gpu", "gpu:0", 1000, 1e-4, 2e-4, dtype="bfloat16")]
-    series = gb_records.speedup_series(report.load([_write(tmp_path, records)]))
+    series = report.matmul.speedup_series(report.load([_write(tmp_path, records)]))
     assert [(s["dtype"], s["cpu_dtype"], s["quantity"], s["points"]) for s in series] == [
         ("bfloat16", "float32", "call", [(1000, pytest.approx(50.0))]),
         ("bfloat16", "float32", "product", [(1000, pytest.approx(100.0))])]
@@ -185,7 +183,7 @@ def test_the_alignment_penalty_is_stated_and_aligned_sizes_stay_off_the_lines(tm
             "300 TFLOP/s (4.17x): sizes that are not a multiple of 8 leave the tensor cores' "
             "fast path.") in text
     assert "| 2504 (aligned, beside 2500) |" in text
-    assert all(size == 2500 for s in gb_records.speedup_series(report.load([run]))
+    assert all(size == 2500 for s in report.matmul.speedup_series(report.load([run]))
                for size, _ in s["points"])
     assert report.matmul.aligned_size(2500) == 2504 and report.matmul.aligned_size(2504) == 2504
 

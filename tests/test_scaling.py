@@ -354,8 +354,8 @@ def test_killing_the_launcher_ends_every_worker_and_the_lock_stops_a_second_run(
 
 POLLED_CHILD = """
 import os, subprocess, sys
-code = ("import os, sys, time; sys.platform = 'darwin'; from gpubench import machine; "
-        "machine.tie_to_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(120)")
+code = ("import os, sys, time; sys.platform = 'darwin'; from gpubench import rundir; "
+        "rundir.tie_to_parent(os.getppid()); print(os.getpid(), flush=True); time.sleep(120)")
 child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
 print(child.stdout.readline().strip(), flush=True)
@@ -412,7 +412,7 @@ def test_canonical_names():
 
 
 def test_xla_flags_keep_other_flags_and_replace_the_device_count():
-    from gpubench.backends import jax_parallel  # loads no JAX
+    from gpubench.scaling import jax_parallel  # loads no JAX
 
     assert jax_parallel.xla_flags(2) == "--xla_force_host_platform_device_count=2"
     count = "--xla_force_host_platform_device_count"

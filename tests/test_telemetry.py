@@ -16,10 +16,10 @@ from fake_pynvml import (
     FakeGPU,
     FakeNVML,
 )
-from gpubench import telemetry
+from gpubench import fmt, telemetry
+from gpubench.report import telemetry as telemetry_text
 from gpubench.telemetry import Monitor
 from gpubench.telemetry import monitor as monitor_module
-from gpubench.telemetry import text as telemetry_text
 
 HOUR = 3600.0  # an interval the sampler thread never reaches: the test takes the samples
 
@@ -425,21 +425,21 @@ GPU_RUN = {**telemetry.unmeasured(None), "source": "nvml", "gpu_util_percent_mea
 
 def test_line_for_a_gpu_run():
     steady = [3.0] + [90.0, 91.0, 92.0] * 4 + [91.0, 91.0]  # epoch 1 compiles: left out
-    assert telemetry_text.line(GPU_RUN, epochs=15, epoch_gpu_util=steady) == (
+    assert fmt.telemetry_line(GPU_RUN, epochs=15, epoch_gpu_util=steady) == (
         "GPU: busy 91 %, 287 W mean, 1,930 MHz, 412 J per epoch (counter); "
         "CPU: 104 % of one core")
-    assert "busy 91 % (run mean)" in telemetry_text.line(GPU_RUN, epochs=15)
-    assert "6,180 J (counter)" in telemetry_text.line(GPU_RUN)
+    assert "busy 91 % (run mean)" in fmt.telemetry_line(GPU_RUN, epochs=15)
+    assert "6,180 J (counter)" in fmt.telemetry_line(GPU_RUN)
     power_only = {**GPU_RUN, "energy_method": "power_integral", "partial": True}
-    assert "(power x time), partial" in telemetry_text.line(power_only, epochs=15)
+    assert "(power x time), partial" in fmt.telemetry_line(power_only, epochs=15)
 
 
 def test_line_without_a_gpu():
     cpu_only = {**telemetry.unmeasured(telemetry.NO_DRIVER), "cpu_util_percent_mean": 196.0,
                 "cpu_energy_joules": 1500.0, "cpu_energy_method": "rapl"}
-    assert telemetry_text.line(cpu_only, epochs=15) == (
+    assert fmt.telemetry_line(cpu_only, epochs=15) == (
         f"GPU: none ({telemetry.NO_DRIVER}); CPU: 196 % of one core, 100 J per epoch (RAPL)")
-    assert telemetry_text.line(None) == "telemetry: not recorded"
+    assert fmt.telemetry_line(None) == "telemetry: not recorded"
 
 
 def train_record(utils, reasons=None, **telemetry_extra):
@@ -509,7 +509,7 @@ def test_energy_cells_of_a_gpu_run_and_of_a_cpu_run_without_rapl():
 def test_telemetry_loads_no_ml_framework():
     import subprocess
 
-    code = ("import sys, gpubench.telemetry, gpubench.telemetry.text; "
+    code = ("import sys, gpubench.telemetry, gpubench.report.telemetry; "
             "print(sorted({'tensorflow', 'jax', 'keras'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[1]).stdout

@@ -209,7 +209,6 @@ def test_every_steady_figure_follows_the_one_rule(monkeypatch):
     median and IQR, Speed_Factors' round rates, the GPU busy % and the report's unstable flag."""
     from gpubench import factors
     from gpubench.report import training as report_training
-    from gpubench.telemetry import text as telemetry_text
 
     epochs = [100.0, 50.0, 1.0, 3.0]
     record = {"epoch_seconds": epochs, "train_samples": 6, "time_boxed": False}
@@ -220,7 +219,7 @@ def test_every_steady_figure_follows_the_one_rule(monkeypatch):
 
     def figures() -> tuple:
         return (timing.train_fields(epochs, 6, None)["steady_epoch_seconds"],
-                factors.round_rates(record), telemetry_text.busy_percent(util, None),
+                factors.round_rates(record), timing.busy_percent(util, None),
                 "\n".join(report_training.unstable([flagged])))
 
     median, rates, busy, text = figures()

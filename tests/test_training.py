@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import FASHION_DIR, REPO, chapter_fit
-from gpubench import data, devices, models, notebook, params, results, timing, training
+from gpubench import chapter, data, devices, models, params, results, timing, training
 from gpubench.backends import tensorflow as tf_backend
 
 
@@ -201,7 +201,7 @@ def test_interrupted_training_keeps_the_epochs_measured(tmp_path):
 def test_bad_training_values_are_named_and_nothing_is_written(tmp_path, field, value):
     path = tmp_path / "results.jsonl"
     with pytest.raises(ValueError, match=f"{field}.*{value}"):
-        notebook.start("Mnist_MLP_h1000", results_path=str(path), data_source="synthetic",
+        chapter.start("Mnist_MLP_h1000", results_path=str(path), data_source="synthetic",
                        **{field: value})
     assert not path.exists()
 
@@ -209,13 +209,13 @@ def test_bad_training_values_are_named_and_nothing_is_written(tmp_path, field, v
 @pytest.mark.parametrize("field,value", [("dataset", "imagenet"), ("data_source", "s3")])
 def test_bad_data_choices_are_named(tmp_path, field, value):
     with pytest.raises(ValueError, match=value):
-        notebook.start("Mnist_CNN", results_path=str(tmp_path / "r.jsonl"), **{field: value})
+        chapter.start("Mnist_CNN", results_path=str(tmp_path / "r.jsonl"), **{field: value})
 
 
 def test_gpu_request_without_gpu_stops(fake_machine, tmp_path):
     fake_machine(gpus=0, cuda_build=False)
     with pytest.raises(devices.GPUNotAvailableError, match="asked for a GPU, but TensorFlow sees none"):
-        notebook.start("Keras_Cifar_CNN", device="gpu", results_path=str(tmp_path / "r.jsonl"))
+        chapter.start("Keras_Cifar_CNN", device="gpu", results_path=str(tmp_path / "r.jsonl"))
 
 
 def test_confusion_matrix_counts_pairs():
@@ -251,7 +251,7 @@ def test_mlp_learns_real_fashion_mnist_in_one_epoch():
     (None, "–"), (0.0123, "0.0123 s"), (12.34, "12.3 s"), (402.4, "402 s"), (99.96, "100 s"),
     (float("inf"), "n/a"), (float("nan"), "n/a"), (-0.0, "0 s")])
 def test_the_training_tables_seconds_have_one_format(seconds, text):
-    from gpubench.report.format import fmt_seconds
+    from gpubench.fmt import fmt_seconds
 
     assert fmt_seconds(seconds) == text
 
@@ -296,6 +296,6 @@ def test_a_learners_own_model_trains_in_the_chapter_and_is_reported(tmp_path, cp
 def test_a_ratio_never_reads_zero_for_a_large_slowdown(ratio, text):
     """Speed-ups and "x vs baseline": two decimals, two significant figures below 0.1 (a
     221x slowdown is 0.0045x, not 0.00x)."""
-    from gpubench.report.format import fmt_ratio
+    from gpubench.fmt import fmt_ratio
 
     assert fmt_ratio(ratio) == text

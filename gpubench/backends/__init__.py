@@ -21,6 +21,13 @@ SUPPORTED = ("tensorflow", "jax", "torch")
 # Keras backends gpubench knows of but does not support yet, with what to do instead.
 NOT_YET = {"numpy": "numpy cannot train",
            "openvino": "OpenVINO cannot train"}
+BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+
+def backend_title(name: str) -> str:
+    """A backend's name as people write it ("TensorFlow", "JAX")."""
+    return BACKEND_TITLES.get(name, name)
+
+
 # Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
 LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
 
@@ -91,11 +98,6 @@ def keras() -> ModuleType:
 def current() -> ModuleType:
     """The backend module Keras runs on (loads Keras); BackendError for an unsupported one."""
     return module(check_name(keras().backend.backend()))
-
-
-def part(kind: str) -> ModuleType:
-    """A backend's optional part, e.g. part("feeds") -> gpubench.backends.jax_feeds."""
-    return importlib.import_module(f"{current().__name__}_{kind}")
 
 
 def is_oom(exc: BaseException) -> bool:

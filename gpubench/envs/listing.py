@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpubench import machine  # stdlib-only at import
+from gpubench.backends import BACKEND_TITLES
 from gpubench.envs import kernels, probing
 from gpubench.envs.names import ENVS, env_backend, is_gpu_env, kernel_name, setup_command
-from gpubench.records import BACKEND_TITLES
 
 
 def _gpu_cell(info: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpubench import backends, machine  # stdlib-only at import
-from gpubench.records import BACKEND_TITLES
+from gpubench.backends import BACKEND_TITLES
 
 KERNEL_PREFIX = "gpubench-"
 STANDARD_ENVS = ("cpu", "gpu")  # the book's TensorFlow envs

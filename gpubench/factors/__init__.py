@@ -23,6 +23,7 @@ from gpubench.factors.rules import (
     XLA_NOTE,
     Variant,
     chapter_values,
+    feeds,
     for_backend,
     variants,
 )

@@ -3,12 +3,14 @@ label, and which factor values a backend can run. Loads no ML framework."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 from gpubench import backends  # light: loads no framework
+from gpubench.backends import BACKEND_TITLES
 from gpubench.params import DEFAULTS, SPEED_FACTORS_MODELS
-from gpubench.records import BACKEND_TITLES
 
 MODELS = SPEED_FACTORS_MODELS
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
@@ -124,7 +126,7 @@ def for_this_backend(values: dict[str, Sequence], *, drop_tf_data: bool = False
          ) -> tuple[dict[str, list], list[str]]:
     """`for_backend` for the backend Keras runs here."""
     return for_backend(values, backends.current().NAME,
-                       backends.part("feeds").tf_data_available(), drop_tf_data=drop_tf_data)
+                       feeds().tf_data_available(), drop_tf_data=drop_tf_data)
 
 
 def chapter_values(params: dict) -> tuple[dict[str, list], list[str]]:
@@ -134,3 +136,8 @@ def chapter_values(params: dict) -> tuple[dict[str, list], list[str]]:
     default = DEFAULTS["full"]["Speed_Factors"]["input_pipelines"]
     return for_this_backend(factor_values(params),
                 drop_tf_data=list(params["input_pipelines"]) == list(default))
+
+
+def feeds() -> ModuleType:
+    """The input feeds of the backend Keras runs on (gpubench.factors.<backend>_feeds)."""
+    return importlib.import_module(f"gpubench.factors.{backends.current().NAME}_feeds")

@@ -22,7 +22,7 @@ from gpubench.factors.rules import (
     FACTORS,
     label,
 )
-from gpubench.records import peak_gflops
+from gpubench.results import peak_gflops
 
 
 def steady_rates(seconds: Sequence[float], samples: float) -> list[float]:
@@ -128,7 +128,7 @@ def crossover_batch_size(records: Sequence[dict]) -> int | None:
 
 def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | None:
     """A train record's achieved GFLOP/s as % of the matmul peak-probe record
-    (`gpubench.records.peak_gflops`) of its env and device at its compute dtype; None when
+    (`gpubench.results.peak_gflops`) of its env and device at its compute dtype; None when
     that env has no peak record at that dtype."""
     dtype = COMPUTE_DTYPE.get(record.get("precision") or "float32")
     peak = peak_gflops(list(records), record["env"], record["device"], dtype or "")

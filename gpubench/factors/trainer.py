@@ -9,7 +9,7 @@ On a GPU, a variant whose rounds are too short for NVML's utilisation figure tra
 a busy region (`Trainer.measure_busy_region`): its round repeated with no pause, monitored over
 at least BUSY_REGION_SECONDS after a lead-in of NVML_WINDOW_SECONDS. Keras is loaded by
 `gpubench.training`, imported inside the function that builds a model; the feeds
-(tf.data, and the training set kept on the device) live in `backends.part("feeds")`.
+(tf.data, and the training set kept on the device) live in `feeds()`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpubench import backends, devices, telemetry, timing  # these load no framework
+from gpubench import backends, devices, telemetry, timing
+from gpubench.factors import rules as factor_rules  # these load no framework
 from gpubench.factors.rules import NO_TF_DATA, TF_DATA_FIX, Variant
 from gpubench.factors.stats import steady_rates
 
@@ -215,7 +216,7 @@ def make_trainer(variant: Variant, model_name: str, device: str, split, learning
     """Build and compile the variant's model and its feed on `device`."""
     from gpubench import training  # noqa: PLC0415 - loads Keras
 
-    feeds = backends.part("feeds")
+    feeds = factor_rules.feeds()
     with devices.scope(device):
         model = training.build_model(model_name, device, precision=variant.precision,
                                      learning_rate=learning_rate, xla=variant.xla,

@@ -9,6 +9,7 @@ shares. The names below are the ones the CLI, the runner and the notebooks call 
 
 from __future__ import annotations
 
+from gpubench.fmt import fmt, fmt_range, md_table
 from gpubench.report import (
     backends,
     charts,
@@ -30,7 +31,6 @@ from gpubench.report.document import (
     compose,
     show,
 )
-from gpubench.report.format import fmt, fmt_range, md_table
 from gpubench.report.inputs import ReportWriteError, find_runs, load, reportable
 from gpubench.report.telemetry import TELEMETRY_HEADERS
 from gpubench.report.training import TRAINING_HEADERS

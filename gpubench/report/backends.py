@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpubench.records import (
+from gpubench.backends import backend_title
+from gpubench.fmt import fmt, fmt_ratio, fmt_seconds
+from gpubench.report.format import explained_table
+from gpubench.report.records import (
     backend_of,
     backend_rank,
-    backend_title,
     book_train,
     columns,
     machine_of,
+    model_rank,
     model_title,
-    ok_records,
 )
-from gpubench.report.format import explained_table, fmt, fmt_ratio, fmt_seconds
-from gpubench.report.training import mode, mode_differences, model_rank
+from gpubench.report.training import mode, mode_differences
+from gpubench.results import ok_records
 
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",
                    "images/s", "ratio", "like for like?"]

@@ -18,11 +18,13 @@ import warnings
 from pathlib import Path
 
 from gpubench import results, rundir
+from gpubench.backends import backend_title
+from gpubench.fmt import code, first_line, fmt
 from gpubench.machine import ENVS_HINT
-from gpubench.records import backend_of, backend_title, columns
 from gpubench.report import backends, factors, matmul, scaling, telemetry, training
-from gpubench.report.format import code, explained_table, first_line, fmt
+from gpubench.report.format import explained_table
 from gpubench.report.inputs import UNFINISHED, ReportWriteError, job_row, load, read_jobs
+from gpubench.report.records import backend_of, columns
 
 
 def backend_text(environment: dict, backend: str) -> str:

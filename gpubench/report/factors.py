@@ -7,19 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gpubench import backends, factors
+from gpubench import backends, factors, plots
+from gpubench.fmt import busy_text, fmt, fmt_ratio, md_table
 from gpubench.machine import ENVS_HINT
-from gpubench.records import columns, ok_records
 from gpubench.report import charts
-from gpubench.report.format import (
-    FACTOR_NOTES,
-    column_note,
-    fmt,
-    fmt_ratio,
-    md_table,
-    table_headers,
-)
-from gpubench.telemetry import text as telemetry_text
+from gpubench.report import telemetry as telemetry_text
+from gpubench.report.format import FACTOR_NOTES, column_note, table_headers
+from gpubench.report.records import columns
+from gpubench.results import ok_records
 
 
 def describe(effect: dict) -> str:
@@ -99,7 +94,7 @@ def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
 
 def _busy_text(record: dict) -> str:
     """A variant's GPU busy % by the report's one definition, "n/a" on a CPU or without NVML."""
-    return telemetry_text.busy_text(*telemetry_text.gpu_busy(record))
+    return busy_text(*telemetry_text.gpu_busy(record))
 
 
 def findings(rows: Sequence[dict]) -> str:
@@ -171,7 +166,7 @@ def plot(effects: list[dict], ax=None):
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
 
     rows = [e for e in effects if e["speedup"] is not None]
-    ax = charts.axes(ax, (8, 0.35 * len(rows) + 1.5))
+    ax = plots.axes(ax, (8, 0.35 * len(rows) + 1.5))
     y = range(len(rows))
     ax.barh(list(y), [e["speedup"] for e in rows],
             xerr=[[e["speedup"] - e["low"] for e in rows],
@@ -223,7 +218,7 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
             lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
     if charts_ is None:
         return lines
-    ax = plot(all_rows, ax=charts.new_axes((8, 0.35 * len(all_rows) + 1.5)))
+    ax = plot(all_rows, ax=plots.new_axes((8, 0.35 * len(all_rows) + 1.5)))
     charts_["speed_factors.png"] = ax.figure
     cap = charts.capped_text(drawn, tabled)
     return lines + ["![Speed factors](speed_factors.png)", "", *([f"_{cap}_", ""] if cap else [])]

@@ -1,116 +1,16 @@
-"""The report's formatting: numbers and ranges in words, Markdown tables, and the notes that
-explain each table's columns (one place for every table of every chapter topic)."""
+"""The notes that explain each report table's columns (one place for every table of every
+chapter topic); the numbers' formats are gpubench.fmt's."""
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Sequence
-from typing import Any
-
-from gpubench.telemetry.text import BUSY_DEFINITION
+from gpubench.fmt import md_table
 from gpubench.timing import STEADY_EPOCHS
 
-MISSING, NOT_A_NUMBER = "–", "n/a"  # a value not measured; one that is no finite number
-_NEGATIVE_ZERO = re.compile(r"^-(?=[0.,]*(?:$|[^0-9.,]))")  # "-0", "-0.0 s", "-0%"
-
-
-def fmt(value, spec: str) -> str:
-    """`value` formatted with `spec`: "–" when it is missing, "n/a" when it is infinite or NaN,
-    and never "-0" (a negative that rounds to zero prints as zero)."""
-    if value is None:
-        return MISSING
-    if isinstance(value, float) and not math.isfinite(value * (100 if spec.endswith("%") else 1)):
-        return NOT_A_NUMBER
-    text = format(value, spec)
-    if sum(c.isdigit() for c in text) > 15:  # no reader counts 16 digits: 1.2e+308
-        text = f"{value * 100:.3g}%" if spec.endswith("%") else f"{value:.3g}"
-    return _NEGATIVE_ZERO.sub("", text)
-
-
-def fmt_seconds(value: float | None) -> str:
-    """Seconds to three significant figures ("0.0123 s", "12.3 s", "402 s"); "–" for none, "n/a"
-    for no finite number (`fmt`'s rule)."""
-    text = _three_figures(value)
-    return text if text in (MISSING, NOT_A_NUMBER) else f"{text} s"
-
-
-def _three_figures(value: float | None) -> str:
-    """`value` to three significant figures, whole from 100 up ("0.0123", "12.3", "402")."""
-    return fmt(value, ".0f" if value is not None and value >= 100 else ".3g")
-
-
-def fmt_ratio(value: float | None) -> str:
-    """A ratio's figure: two decimals ("1.45", "0.41"), two significant figures below 0.1
-    ("0.0045"), so a large slowdown never reads "0.00"; "–" / "n/a" as `fmt` has them."""
-    spec = ".2g" if value is not None and abs(value) < 0.1 and value != 0 else ".2f"
-    return fmt(value, spec)
-
-
-def fmt_time(seconds: float | None) -> str:
-    """A duration in the unit that reads best: "126 µs", "1.42 ms", "0.344 s"; "–" for none,
-    "n/a" for no finite number (`fmt`'s rule)."""
-    if seconds is None or not math.isfinite(seconds):
-        return fmt(seconds, "")
-    for scale, unit in ((1e6, "µs"), (1e3, "ms"), (1, "s")):
-        value = seconds * scale
-        if float(f"{value:.3g}") < 1000 or unit == "s":
-            return f"{_three_figures(value)} {unit}"
-    return "–"  # not reached
-
-
-def fmt_rate(gflops: float | None) -> str:
-    """A throughput: "551 GFLOP/s", "72 TFLOP/s"; "–" for none, "n/a" for no finite number."""
-    if gflops is None or not math.isfinite(gflops):
-        return fmt(gflops, "")
-    return (f"{fmt(gflops / 1e3, ',.0f')} TFLOP/s" if gflops >= 1e4
-            else f"{fmt(gflops, ',.0f')} GFLOP/s")
-
-
-def first_line(text: str | None) -> str:
-    """The first line of an error message ("" for none)."""
-    return (text or "").strip().partition("\n")[0]
-
-
-def md_table(headers: list[str], rows: list[list], right: Sequence[str] = ()) -> str:
-    """A GitHub-flavoured Markdown table; the columns named in `right` aligned right."""
-    rule = "|" + "|".join("--:" if header in right else "---" for header in headers) + "|"
-    lines = ["| " + " | ".join(headers) + " |", rule]
-    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    """A table cell's text on one line, its own "|" escaped; a number or None as `fmt` has it."""
-    if value is None or isinstance(value, float):
-        value = fmt(value, "")
-    return " ".join(str(value).split()).replace("|", "\\|")
-
-
-def _figure(value: float, digits: int) -> str:
-    """`value` to `digits` significant figures, trailing zeros kept ("1.0", "0.64"); whole
-    numbers from 100 up ("118")."""
-    if not math.isfinite(value):
-        return NOT_A_NUMBER
-    value += 0.0  # -0.0 prints as 0
-    if value >= 1e15:  # no reader counts 16 digits: 1.2e+308
-        return f"{value:.{digits}g}"
-    if value >= 10 ** digits:
-        return f"{value:.0f}"
-    text = f"{value:#.{digits}g}"
-    return text.rstrip(".") if "e" not in text else f"{value:.{digits}g}"
-
-
-def fmt_range(low: float, high: float, unit: str = "s") -> str:
-    """A range as "0.64–1.0 s": two significant figures, more where two would not tell the
-    ends apart, joined by an en dash."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return NOT_A_NUMBER
-    for digits in (2, 3, 4):
-        ends = _figure(low, digits), _figure(high, digits)
-        if ends[0] != ends[1] or low == high:
-            break
-    return f"{ends[0]}–{ends[1]}{f' {unit}' if unit else ''}"
+BUSY_DEFINITION = ("the median over the steady epochs (2..n; epoch 1, which compiles, left "
+                   "out) of NVML's share of the time in which a GPU kernel ran (not how full the "
+                   "GPU was); a Speed_Factors variant whose rounds were too short for NVML: the "
+                   "mean over its busy region (its steady training repeated for at least 2 s); "
+                   "\"(run mean)\": no per-epoch figure, the mean over the whole run")
 
 
 # What each column of the report's tables means, where its header does not say it; shown under
@@ -196,9 +96,3 @@ def explained_table(headers: list[str], rows: list[list],
 def table_headers(table: str) -> list[str]:
     """The headers of a Markdown table (its first line)."""
     return [cell.strip() for cell in table.partition("\n")[0].strip().strip("|").split("|")]
-
-
-
-def code(text: str) -> str:
-    """`text` safe inside one pair of backticks on one line."""
-    return " ".join(text.split()).replace("`", "'")

@@ -10,9 +10,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gpubench import results, schema
-from gpubench.records import dedupe, identity, job_of, label_columns, latest_attempts
+from gpubench.fmt import first_line
 from gpubench.report.checks import usable
-from gpubench.report.format import first_line
+from gpubench.report.records import dedupe, identity, label_columns
+from gpubench.results import job_of, latest_attempts
 
 # Job statuses of run.json that mean the run has not finished them (yet).
 UNFINISHED = ("running", "pending")

@@ -5,35 +5,30 @@ charts."""
 
 from __future__ import annotations
 
-from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
-from gpubench.records import (
+from gpubench import plots
+from gpubench.backends import backend_title
+from gpubench.fmt import fmt, fmt_rate, fmt_ratio, fmt_time
+from gpubench.plots import (
     BOOK,
     CALL,
-    PEAK_METHOD,
     PRODUCT,
-    backend_of,
-    backend_title,
-    baseline,
+    QUANTITY_TITLES,
     column_of,
-    columns,
-    cpu_pairing,
-    crossover,
-    dtype_of,
-    matmul_series,
-    ok_records,
-    peak_record,
-    speedup_series,
+    plot,
+    plot_book,
+    plot_speedup,
     sweep_records,
 )
+from gpubench.plots import speedup_series as _pairs
 from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, fmt_rate, fmt_ratio, fmt_time
+from gpubench.report.format import explained_table
+from gpubench.report.records import backend_of, baseline, columns, cpu_pairing, crossover
+from gpubench.results import PEAK_METHOD, dtype_of, ok_records, peak_record
 
-QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
 # How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
 _WHEN = {PRODUCT: "when products stream (product time)",
          CALL: "for one product called alone (call latency)",
          BOOK: "by the book's single timing (set-up included)"}
-_STYLE = {PRODUCT: "-", CALL: "--", BOOK: ":"}
 ALIGN_MULTIPLE = 8  # tensor cores' fast path wants dimensions that are multiples of 8 (16 bytes)
 
 MATMUL_NOTES = {
@@ -286,95 +281,6 @@ def book_vs_rigorous(records: list[dict]) -> str:
     return "\n".join(text)
 
 
-def _label(key: tuple, series: dict) -> str:
-    """A line's label: device, dtype where several, timing, and column where several."""
-    column, device, quantity, dtype = key
-    several_dtypes = len({k[3] for k in series}) > 1
-    return (f"{device}{' ' + dtype if several_dtypes else ''} ({QUANTITY_TITLES[quantity]})"
-            + (f" — {column}" if len({k[0] for k in series}) > 1 else ""))
-
-
-def _lines(ax, series: dict, index: int, colours: dict) -> list[float]:
-    """Draw each series on `ax` (one colour per column, device and dtype; the timing sets the
-    line style); the values drawn."""
-    values = []
-    for key, points in series.items():
-        colour = colours.setdefault((key[0], key[1], key[3]), f"C{len(colours) % 10}")
-        ax.plot([p[0] for p in points], [p[index] for p in points], color=colour, marker="o",
-                linestyle=_STYLE[key[2]], label=_label(key, series))
-        values += [p[index] for p in points]
-    return values
-
-
-def plot(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None,
-         book: bool = True):
-    """The measured timings against matrix size: "seconds" (product time solid, call latency
-    dashed) or "gflops" (from the product time); log axis where the values span over a decade.
-    With "seconds", `book` and no `ax`, the book's single timing gets a panel of its own beside
-    (`plot_book`). Returns the Axes of the measured timings, None where there is nothing."""
-    series = {k: v for k, v in matmul_series(_sweep(records)).items() if k[2] != BOOK
-              and (metric == "seconds" or (k[2] == PRODUCT and any(p[2] for p in v)))}
-    if not series:
-        return None
-    if ax is None:
-        fig = charts.figure(None, (14, 5) if metric == "seconds" and book else (8, 5))
-        axes = fig.subplots(1, 2 if metric == "seconds" and book else 1, squeeze=False)[0]
-        ax = axes[0]
-        if len(axes) > 1:
-            plot_book(records, axes[1])
-    index = 1 if metric == "seconds" else 2
-    values = _lines(ax, {k: [p for p in v if p[index]] for k, v in series.items()}, index, {})
-    charts.log_if_wide(ax, values)
-    shown = [f"{QUANTITY_TITLES[q]} ({'solid' if q == PRODUCT else 'dashed'})"
-             for q in (PRODUCT, CALL) if any(k[2] == q for k in series)]
-    return charts.size_axis(ax, ylabel="seconds" if index == 1 else "GFLOP/s (product time)",
-                            title=title or ("Measured: " + ", ".join(shown) if index == 1
-                                            else "Throughput from the product time"))
-
-
-def plot_book(records: list[dict], ax, stored: bool = True):
-    """The book's single timing against size, apart from the measured timings (set-up and, on
-    JAX, compiling each new shape included); `stored`: the book's own GT 720 figures too."""
-    series = {k: v for k, v in matmul_series(_sweep(records)).items() if k[2] == BOOK}
-    values = _lines(ax, series, 1, {})
-    if stored:
-        for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
-            points = sorted(BOOK_SECONDS[device].items())
-            ax.plot([p[0] for p in points], [p[1] for p in points], color=shade,
-                    linestyle="--", marker="x", label=f"{BOOK_LABEL} (single run): {device}")
-            values += [p[1] for p in points]
-    charts.log_if_wide(ax, values)
-    return charts.size_axis(ax, ylabel="seconds (one timing, set-up included)",
-                            title="The book's single timing (matrices and set-up included)")
-
-
-def plot_speedup(records: list[dict], ax=None):
-    """CPU time over GPU time against size, a line per GPU device, dtype and timing, each paired
-    with the CPU of the same machine and backend (`speedup_series`); None where nothing pairs."""
-    found = speedup_series(_sweep(records))
-    if not found:
-        return None
-    ax = charts.axes(ax, (8, 5))
-    several = len({s["column"] for s in found}) > 1
-    colours: dict = {}
-    values = []
-    for s in found:
-        colour = colours.setdefault((s["column"], s["device"], s["dtype"]),
-                                    f"C{len(colours) % 10}")
-        label = (f"{s['device']} {s['dtype']} vs CPU {s['cpu_dtype']}, "
-                 f"{QUANTITY_TITLES[s['quantity']]}" + (f" — {s['column']}" if several else ""))
-        ax.plot([p[0] for p in s["points"]], [p[1] for p in s["points"]], color=colour,
-                marker="o", linestyle=_STYLE[s["quantity"]], label=label)
-        values += [p[1] for p in s["points"]]
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    charts.log_if_wide(ax, values + [1.0])
-    charts.size_axis(ax, ylabel="speedup (CPU time / GPU time)",
-                     title="GPU speedup over the CPU of the same machine and backend "
-                           "(above 1: GPU faster)")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # clear of the lines
-    return ax
-
-
 def peak_lines(records: list[dict]) -> list[str]:
     """A line per peak-probe record: the GFLOP/s every "% of matmul" in the report divides by."""
     keys = sorted({(r["env"], r["device"], dtype_of(r)) for r in ok_records(records, "matmul")
@@ -397,7 +303,7 @@ def _charts(matmul: list[dict], charts_: dict) -> list[str]:
     """The time, GFLOP/s and speedup charts, each only where it has data (else one sentence), of
     the first columns (`charts.capped`)."""
     matmul, cap = charts.capped(matmul, "These charts")
-    fig = charts.new_figure()
+    fig = plots.new_figure()
     fig.set_size_inches(14, 5)
     left, right = fig.subplots(1, 2)
     plot(matmul, "seconds", left)
@@ -405,13 +311,13 @@ def _charts(matmul: list[dict], charts_: dict) -> list[str]:
     charts_["matmul_time.png"] = fig
     lines = ["![Measured timings and the book's single timing against matrix size]"
              "(matmul_time.png)", ""]
-    if (ax := plot(matmul, "gflops", charts.new_axes())) is not None:
+    if (ax := plot(matmul, "gflops", plots.new_axes())) is not None:
         charts_["matmul_gflops.png"] = ax.figure
         lines += ["![GFLOP/s against matrix size](matmul_gflops.png)", ""]
     else:
         lines += ["No GFLOP/s chart: no product time was measured, and a GFLOP/s from the call "
                   "latency or the book's timing would measure overheads, not arithmetic.", ""]
-    if (ax := plot_speedup(matmul, charts.new_axes())) is not None:
+    if (ax := plot_speedup(matmul, plots.new_axes(), cpu_pairing)) is not None:
         charts_["matmul_speedup.png"] = ax.figure
         lines += ["![GPU speedup](matmul_speedup.png)", ""]
     elif any(r["device"].startswith("gpu") for r in sweep_records(matmul)):
@@ -445,3 +351,8 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
     if charts_ is not None and sweep_records(matmul):
         lines += _charts(matmul, charts_)
     return lines
+
+
+def speedup_series(records: list[dict]) -> list[dict]:
+    """Every GPU series set against the CPU of the same machine and backend (`cpu_pairing`)."""
+    return _pairs(records, cpu_pairing)

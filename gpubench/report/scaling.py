@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, md_table
+from gpubench import plots
+from gpubench.fmt import fmt, md_table
+from gpubench.report.format import explained_table
 
 TABLE_HEADERS = ["strategy", "replicas", "workers", "global batch", "samples/s",
                  "ideal samples/s", "efficiency", "test accuracy", "final loss"]
@@ -34,7 +35,7 @@ def plot(records: Sequence[dict], fig=None):
 
     Given no figure, it makes a pyplot one, so that a chapter shows it inline.
     """
-    fig = charts.figure(fig, (10, 4))
+    fig = plots.figure(fig, (10, 4))
     fig.set_layout_engine("constrained")
     ok = [r for r in records if r["status"] == "ok"]
     reps = [r["replicas"] for r in ok]

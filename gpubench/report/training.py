@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import math
 
-from gpubench import factors, params, timing
-from gpubench.records import (
-    MODEL_ORDER,
+from gpubench import factors, params, plots, timing
+from gpubench.fmt import fmt, fmt_range, fmt_ratio, fmt_seconds
+from gpubench.report import charts
+from gpubench.report import telemetry as telemetry_text
+from gpubench.report.format import explained_table
+from gpubench.report.records import (
     backend_of,
     baseline,
     book_train,
     by_model_and_column,
     columns,
     cpu_env,
+    model_rank,
     model_title,
-    ok_records,
 )
-from gpubench.report import charts
-from gpubench.report.format import explained_table, fmt, fmt_range, fmt_ratio, fmt_seconds
-from gpubench.telemetry import text as telemetry_text
+from gpubench.results import ok_records
 
 _MODE = (("jit_compile", "XLA ", lambda v: "on" if v else "off"), ("precision", "", str),
          ("batch_size", "batch ", str), ("steps_per_execution", "steps/exec ", str),
@@ -200,11 +201,6 @@ def unstable(records: list[dict]) -> list[str]:
 
 
 
-def model_rank(model: str) -> tuple[int, str]:
-    """A model's place in the book's order (unknown models after, by name)."""
-    return (MODEL_ORDER.index(model) if model in MODEL_ORDER else len(MODEL_ORDER)), model
-
-
 def plot_epoch_bars(records: list[dict], fig=None):
     """Grouped bars: steady-state epoch time (and epoch 1) per model, one bar per column."""
     import numpy as np  # noqa: PLC0415
@@ -213,7 +209,7 @@ def plot_epoch_bars(records: list[dict], fig=None):
     models = sorted({r["model"] for r in train}, key=model_rank)
     cols = columns(train)
     by_key = {(r["model"], r["_column"]): r for r in train}
-    fig = charts.figure(fig, (4.5 * max(len(models), 1), 4.5))
+    fig = plots.figure(fig, (4.5 * max(len(models), 1), 4.5))
     axes = fig.subplots(1, max(len(models), 1), squeeze=False)
     for ax, model in zip(axes[0], models, strict=False):
         ran = [column for column in cols if (model, column) in by_key]  # no bar for a missing run
@@ -238,53 +234,6 @@ def plot_epoch_bars(records: list[dict], fig=None):
     return fig
 
 
-def plot_history(history: dict, epoch_seconds: list[float] | None = None, fig=None):
-    """Training curves (loss and accuracy per epoch, train and validation) and time per epoch."""
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
-
-    panels = 3 if epoch_seconds else 2
-    fig = charts.figure(fig, (5 * panels, 4))
-    axes = fig.subplots(1, panels)
-    epochs = range(1, len(history.get("loss", [])) + 1)
-    for ax, metric in zip(axes, ("loss", "accuracy"), strict=False):
-        ax.plot(epochs, history.get(metric, []), marker="o", label="train")
-        if f"val_{metric}" in history:
-            ax.plot(epochs, history[f"val_{metric}"], marker="o", label="validation")
-        ax.set(xlabel="epoch", title=metric)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    if epoch_seconds:
-        ax = axes[2]
-        ax.bar(range(1, len(epoch_seconds) + 1), epoch_seconds,
-               color=["tab:orange"] + ["tab:blue"] * (len(epoch_seconds) - 1))
-        ax.set(xlabel="epoch (orange: epoch 1, includes tracing)", ylabel="seconds",
-               title="time per epoch")
-        ax.grid(True, axis="y", alpha=0.3)
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    return fig
-
-
-def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
-    """Confusion matrix as a heat map with counts, rows = true class."""
-    names = class_names or [str(i) for i in range(len(matrix))]
-    fig = charts.figure(fig, (7, 6))
-    ax = fig.subplots()
-    image = ax.imshow(matrix, cmap="Blues")
-    for i in range(len(matrix)):
-        for j in range(len(matrix)):
-            ax.text(j, i, int(matrix[i][j]), ha="center", va="center", fontsize="x-small",
-                    color="white" if matrix[i][j] > matrix.max() / 2 else "black")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    ax.set(xlabel="predicted", ylabel="true")
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    return fig
-
-
-
 def section(records: list[dict], charts_: dict | None) -> list[str]:
     """The book's table, its mode warnings, the epoch-time chart and the unstable flags."""
     lines = []
@@ -297,7 +246,7 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
         lines += [line + "\n" for line in not_like_for_like(records)]
     if charts_ is not None and book_train(ok_records(records, "train")):
         shown, cap = charts.capped(book_train(ok_records(records, "train")))
-        charts_["epoch_times.png"] = plot_epoch_bars(shown, fig=charts.new_figure())
+        charts_["epoch_times.png"] = plot_epoch_bars(shown, fig=plots.new_figure())
         lines += ["![Epoch times](epoch_times.png)", "", *([f"_{cap}_", ""] if cap else [])]
     if flagged := unstable(records):
         lines += [f"Timings that varied a lot between epochs (IQR over median above "

@@ -25,7 +25,7 @@ KERNEL_NOISE = (b"Kernel is running over TCP without encryption",)
 # Run in every ipykernel the runner starts, before the notebook: rich (Keras's model summary)
 # shows in Jupyter as HTML plus a text/plain copy full of ANSI colour codes, which no
 # environment variable turns off there; this stores the text copy plain.
-PLAIN_RICH_TEXT = "import gpubench.notebook as _gb_nb; _gb_nb.store_rich_text_plain(); del _gb_nb"
+PLAIN_RICH_TEXT = "import gpubench.chapter as _gb_nb; _gb_nb.store_rich_text_plain(); del _gb_nb"
 # A kernel's last lines on stderr shown with the job's error when it dies (a C library's fatal
 # message, e.g. "Unknown flag in XLA_FLAGS"), each cut to LINE_CHARS.
 LAST_WORDS, LINE_CHARS = 10, 300

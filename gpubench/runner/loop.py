@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpubench import envs, notebook, results
+from gpubench import chapter, envs, results
 from gpubench import params as nb_params
 from gpubench.rundir import UsageError
 from gpubench.runner.arguments import (
@@ -37,7 +37,7 @@ from gpubench.runner.targets import (
     kernel_target,
 )
 
-_ANSI = notebook.ANSI  # colours and cursor moves (Keras's summary, via rich): kept out of logs
+_ANSI = chapter.ANSI  # colours and cursor moves (Keras's summary, via rich): kept out of logs
 _PAPERMILL_CHATTER = ("Executing notebook with kernel", "Executing Cell", "Ending Cell",
                       "Input Notebook", "Output Notebook", "Executing notebook",
                       "Working directory:", "<Figure size", "<IPython.core.display.")

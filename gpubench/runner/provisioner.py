@@ -14,7 +14,7 @@ from typing import Any
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Dict
 
-from gpubench import machine
+from gpubench import rundir
 from gpubench.runner.kernels import LAST_WORDS, PLAIN_RICH_TEXT, _Stop, forward_stderr
 
 # ipykernel's own capture of the file descriptors 1 and 2 is turned off: it reads them in a
@@ -37,7 +37,7 @@ class RunnerProvisioner(LocalProvisioner):
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"] = {**kwargs.get("env", os.environ), **self.extra_env}
         if sys.platform.startswith("linux"):
-            kwargs["preexec_fn"] = machine.die_with_parent()
+            kwargs["preexec_fn"] = rundir.die_with_parent()
         if any("ipykernel" in part for part in kwargs["cmd"]):
             kwargs["cmd"] = [*kwargs["cmd"], f"--IPKernelApp.exec_lines={PLAIN_RICH_TEXT}",
                              NO_FD_CAPTURE]

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpubench import backends, machine, results, rundir
+from gpubench import backends, results, rundir
 from gpubench.params import check_scaling, positive_int
 from gpubench.params import resolve as resolve_params
 from gpubench.scaling.placement import canonical, parallel, strategy, telemetry_device
@@ -75,7 +75,7 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
     params = cli_params(profile)
     launcher = os.environ.get(LAUNCHER_ENV)
     if launcher and launcher.isdigit():
-        machine.tie_to_parent(int(launcher))
+        rundir.tie_to_parent(int(launcher))
     with contextlib.ExitStack() as stack:
         if index == 0:
             out = Path(out or default_out())
@@ -84,7 +84,7 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
         if index == 0:  # first, on a quiet machine and in a fresh process: the one-replica run
             print("worker 0: the one-replica run on this machine, for the efficiency", flush=True)
             with multiprocessing.get_context("spawn").Pool(
-                    1, initializer=machine.tie_to_parent, initargs=(os.getpid(),)) as pool:
+                    1, initializer=rundir.tie_to_parent, initargs=(os.getpid(),)) as pool:
                 single = pool.apply(_one_replica, (params,))
         return _cluster_part(cluster, index, params, out, replicas,
                              single if index == 0 else None)

@@ -32,7 +32,7 @@ def backend_name() -> str:
 def parallel() -> ModuleType:
     """The backend's data-parallel module (gpubench.backends.<backend>_parallel); loads no
     framework by itself); ValueError, naming the backends that can, for one that has none."""
-    return importlib.import_module(f"gpubench.backends.{check_backend(backend_name())}_parallel")
+    return importlib.import_module(f"gpubench.scaling.{check_backend(backend_name())}_parallel")
 
 
 def split_cpu(count: int | None) -> None:

@@ -9,7 +9,7 @@ import re
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
 CLUSTER_BACKEND = "tensorflow"  # the backend of the several-machine mode
-# The backends with a data-parallel path (gpubench/backends/<backend>_parallel.py).
+# The backends with a data-parallel path (gpubench/scaling/<backend>_parallel.py).
 PARALLEL_BACKENDS = ("tensorflow", "jax")
 # Set by `launch_local` in each worker's environment: the launcher's PID (the worker dies with
 # it), and the run directory whose lock the launcher holds for the workers.

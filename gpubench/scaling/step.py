@@ -2,7 +2,7 @@
 
 One compiled step per global batch, the loss averaged over the global batch, the gradients
 added across replicas (the all-reduce), the data split by the distribution; the step itself
-is the backend's (`make_step` of gpubench/backends/<backend>_parallel.py). Epochs are timed as
+is the backend's (`make_step` of gpubench/scaling/<backend>_parallel.py). Epochs are timed as
 `training` times them: a sync on the model's variables ends each, and a telemetry.Monitor
 covers each.
 

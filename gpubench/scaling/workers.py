@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpubench import machine, results
+from gpubench import results, rundir
 from gpubench.scaling.rules import LAUNCHER_ENV, LOCKED_ENV
 
 
@@ -77,7 +77,7 @@ def _launch(count: int, profile: str | None, out: Path, replicas: int | None,
             cmd += ["--replicas", str(replicas)] if replicas else []
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, bufsize=1, start_new_session=True, env=env,
-                                    preexec_fn=machine.die_with_parent())
+                                    preexec_fn=rundir.die_with_parent())
             workers.append(_Worker(index, proc))
             print(f"worker {index}: pid {proc.pid} on {cluster.split(',')[index]}", flush=True)
         return _watch(workers, time.monotonic() + timeout)

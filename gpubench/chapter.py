@@ -14,15 +14,9 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpubench import (  # devices: no backend loaded yet
-    __version__,
-    devices,
-    machine,
-    params,
-    results,
-)
+from gpubench import __version__, devices, machine, params, results  # devices: no backend yet
+from gpubench.backends import BACKEND_TITLES
 from gpubench.params import ParameterError
-from gpubench.records import BACKEND_TITLES
 
 # Colours and cursor moves, as rich (Keras's model summary) writes them.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

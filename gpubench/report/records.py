@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from gpubench import backends  # light: loads no framework
+from gpubench.backends import backend_title
+from gpubench.plots import column_of, sweep_records
 
 MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
                 "cifar_cnn": "CIFAR-10 CNN"}
@@ -25,25 +27,15 @@ def model_title(model: str) -> str:
     return MODEL_TITLES.get(model, model)
 
 
-BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+def model_rank(model: str) -> tuple[int, str]:
+    """A model's place in the book's order (unknown models after, by name)."""
+    return (MODEL_ORDER.index(model) if model in MODEL_ORDER else len(MODEL_ORDER)), model
+
 
 # What makes one measurement: a later record with the same values replaces it (hand re-runs).
 _IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "model",
              "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
              "input_pipeline", "strategy", "replicas", "workers")
-
-
-def job_of(record: dict) -> tuple:
-    """The job a record belongs to: run dir, env and notebook."""
-    return record.get("_run_dir"), record["env"], record["notebook"]
-
-
-def latest_attempts(records: list[dict]) -> list[dict]:
-    """Only the records of each job's latest attempt (a job: run dir, env and notebook)."""
-    last: dict[tuple, int] = defaultdict(int)
-    for r in records:
-        last[job_of(r)] = max(last[job_of(r)], r["attempt"])
-    return [r for r in records if r["attempt"] == last[job_of(r)]]
 
 
 def machine_of(record: dict) -> str:
@@ -54,11 +46,6 @@ def machine_of(record: dict) -> str:
 def backend_of(record: dict) -> str:
     """The backend that made a record (older records: TensorFlow)."""
     return record.get("backend") or "tensorflow"
-
-
-def backend_title(name: str) -> str:
-    """A backend's name as people write it ("TensorFlow", "JAX")."""
-    return BACKEND_TITLES.get(name, name)
 
 
 def cpu_env(backend: str) -> str:
@@ -108,11 +95,6 @@ def columns(records: list[dict]) -> list[str]:
     return sorted(keys, key=keys.get)
 
 
-def column_of(record: dict) -> str:
-    """A record's column: its "machine · env" label where the report set one, else its env."""
-    return record.get("_column") or record["env"]
-
-
 # The last records list `_index` was asked about and its index: the report asks `baseline` and
 # `cpu_pairing` once per column and row of the same list, so each list is scanned once, not
 # once per question. The list is held (so its id cannot be reused) and its length compared.
@@ -145,71 +127,6 @@ def baseline(records: list[dict], column: str) -> str | None:
     return _index(records)["baselines"].get(column)
 
 
-def ok_records(records: list[dict], benchmark: str) -> list[dict]:
-    """The records of `benchmark` whose status is "ok"."""
-    return [r for r in records if r["benchmark"] == benchmark and r["status"] == "ok"]
-
-
-def dtype_of(record: dict) -> str:
-    """A matmul record's dtype (older records: float32)."""
-    return record.get("dtype") or "float32"
-
-
-PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
-
-
-def peak_record(records: list[dict], env: str, device: str, dtype: str) -> dict | None:
-    """The newest ok matmul peak-probe record (method "peak") of that env, device and dtype:
-    the one reference of every "% of peak" (chapter, report and Compare_CPU_GPU alike)."""
-    found = [r for r in ok_records(records, "matmul")
-             if r.get("method") == PEAK_METHOD and r.get("env") == env
-             and r.get("device") == device and dtype_of(r) == dtype and r.get("gflops")]
-    return max(found, key=lambda r: str(r.get("timestamp") or ""), default=None)
-
-
-def peak_gflops(records: list[dict], env: str, device: str, dtype: str) -> float | None:
-    """The GFLOP/s of `peak_record` (None when that env never ran the probe at that dtype)."""
-    found = peak_record(records, env, device, dtype)
-    return found["gflops"] if found else None
-
-
-# The three timings of a matmul sweep, one definition each (docs/records.md): the product time
-# (products queued back to back, per product), the call latency (one product from the call to
-# its result on the host) and the book's single timing (set-up included).
-PRODUCT, CALL, BOOK = "product", "call", "book"
-QUANTITIES = (PRODUCT, CALL, BOOK)
-
-
-def matmul_seconds(record: dict, quantity: str) -> float | None:
-    """A matmul record's seconds of `quantity` (PRODUCT, CALL or BOOK); None where it has none."""
-    method = record.get("method")
-    if quantity == BOOK:
-        return record.get("seconds") if method == "book" else None
-    if method != "rigorous":
-        return None
-    return record.get("seconds") if quantity == PRODUCT else record.get("call_seconds")
-
-
-def sweep_records(records: list[dict]) -> list[dict]:
-    """Ok matmul records of the size sweeps: the book's and the rigorous method, neither the peak
-    probe nor the aligned sizes timed beside a book size (`aligned_from`)."""
-    return [r for r in ok_records(records, "matmul")
-            if r.get("method") in ("book", "rigorous") and r.get("aligned_from") is None]
-
-
-def matmul_series(records: list[dict]) -> dict:
-    """(column, device, quantity, dtype) -> sorted [(size, seconds, gflops)] of the sweeps; gflops
-    only for the product time (every GFLOP/s divides by it), else None."""
-    series = defaultdict(list)
-    for r in sweep_records(records):
-        for quantity in QUANTITIES:
-            if (seconds := matmul_seconds(r, quantity)) is not None:
-                gflops = r.get("gflops") if quantity == PRODUCT else None
-                series[(column_of(r), r["device"], quantity, dtype_of(r))].append(
-                    (r["size"], seconds, gflops))
-    return {k: sorted(v) for k, v in sorted(series.items())}
-
-
 def cpu_pairing(records: list[dict], column: str) -> str | None:
     """The column whose CPU matmul timings pair with `column`'s GPU ones: the same column where it
     timed the CPU too (as the book did), else its machine's CPU env of the same backend
@@ -219,27 +136,6 @@ def cpu_pairing(records: list[dict], column: str) -> str | None:
         return column
     other = index["baselines"].get(column)
     return other if other in index["timed_cpu"] else None
-
-
-def speedup_series(records: list[dict]) -> list[dict]:
-    """Every GPU series of the sweeps set against its CPU pair (`cpu_pairing`), the CPU at the same
-    dtype where it was timed at it, else at float32: a dict of column, device, dtype, quantity,
-    cpu_column, cpu_dtype and points [(size, CPU seconds / GPU seconds)]; those with no size in
-    common are left out."""
-    series = matmul_series(records)
-    found = []
-    for (column, device, quantity, dtype), points in series.items():
-        if not device.startswith("gpu") or (cpu_column := cpu_pairing(records, column)) is None:
-            continue
-        cpu_dtype = dtype if (cpu_column, "cpu", quantity, dtype) in series else "float32"
-        cpu = {size: seconds for size, seconds, _ in
-               series.get((cpu_column, "cpu", quantity, cpu_dtype), [])}
-        pairs = [(size, cpu[size] / seconds) for size, seconds, _ in points if size in cpu]
-        if pairs:
-            found.append({"column": column, "device": device, "dtype": dtype,
-                          "quantity": quantity, "cpu_column": cpu_column, "cpu_dtype": cpu_dtype,
-                          "points": pairs})
-    return found
 
 
 def crossover(points: list[tuple[int, float]]) -> int | None:

@@ -1,6 +1,6 @@
 """Speed_Factors' input feeds on TensorFlow: a tf.data pipeline, and the training set on the device.
 
-The same functions as `gpubench.backends.jax_feeds`:
+The same functions as `gpubench.factors.jax_feeds`:
   tf_data_available() -> bool, make_dataset(x, y, batch_size),
   on_device_feed(model, x, y, batch_size, steps_per_execution, jit_compile, device)
   -> steps(count) (count steps, or None: one epoch).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpubench.backends import tf_data
 from gpubench.backends.tensorflow import scope, tf
+from gpubench.factors import tf_data
 
 
 def tf_data_available() -> bool:

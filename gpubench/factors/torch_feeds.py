@@ -1,6 +1,6 @@
 """Speed_Factors' input feeds on PyTorch: the training set on the device; tf.data where it exists.
 
-The same functions as `gpubench.backends.tensorflow_feeds` (its docstring lists them).
+The same functions as `gpubench.factors.tensorflow_feeds` (its docstring lists them).
 
 on_device: the training set is put on the device once (torch tensors there); each step
 takes its batch from it by a permutation made there, and runs Keras's own torch
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpubench.backends import tf_data
 from gpubench.backends.torch import keras_device, scope, torch
+from gpubench.factors import tf_data
 
 # tf.data beside this backend: TensorFlow's CPU side, where it imports (backends/tf_data.py).
 tf_data_available = tf_data.available

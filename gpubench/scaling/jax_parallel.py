@@ -1,6 +1,6 @@
 """Data parallelism on JAX: Keras's `keras.distribution.DataParallel` over the chosen devices.
 
-The same functions as `gpubench.backends.tensorflow_parallel` (its docstring lists them).
+The same functions as `gpubench.scaling.tensorflow_parallel` (its docstring lists them).
 The model is built in the distribution's scope, so its variables are replicated on every
 device of the mesh. The training step is one jitted function of the model's state and a
 global batch sharded along the mesh's batch axis: the loss is the mean over the global

@@ -1,6 +1,6 @@
 """Speed_Factors' input feeds on JAX: the training set on the device, and tf.data where it exists.
 
-The same functions as `gpubench.backends.tensorflow_feeds` (its docstring lists them).
+The same functions as `gpubench.factors.tensorflow_feeds` (its docstring lists them).
 
 on_device: the training set is put on the device once (`jax.device_put`); each compiled
 call runs `steps_per_execution` training steps on the device (a `lax.fori_loop` over
@@ -20,9 +20,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from gpubench.backends import tf_data
 from gpubench.backends.jax import device as jax_device
 from gpubench.backends.jax import jax
+from gpubench.factors import tf_data
 
 # tf.data beside this backend: TensorFlow's CPU side, where it imports (backends/tf_data.py).
 tf_data_available = tf_data.available

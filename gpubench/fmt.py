@@ -177,3 +177,9 @@ def telemetry_line(telemetry: dict | None, epochs: int | None = None,
                          " (RAPL)")
     cpu = "CPU: " + (", ".join(cpu_parts) or "not measured")
     return f"{gpu}; {cpu}"
+
+
+def dtype_label(dtype: str | None, tf32: bool | None = None) -> str:
+    """A float type as it ran: "float32 (TF32)" where float32 matmuls could use TF32 tensor cores
+    (every table, legend and line says it so; `tf32` is the record's field)."""
+    return f"{dtype} (TF32)" if dtype == "float32" and tf32 else str(dtype or MISSING)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpubench import backends, machine, schema
-from gpubench import telemetry as gb_telemetry
 
 RECORD = schema.load("record")  # the one declaration of a record: gpubench/schemas/
 KNOWN_SCHEMAS = tuple(RECORD["properties"]["schema"]["enum"])
@@ -45,6 +44,14 @@ ENVIRONMENT_FIELDS_3 = tuple(k for k in _ENVIRONMENT["properties"] if k not in E
 
 
 BENCHMARKS = tuple(RECORD["properties"]["benchmark"]["enum"])
+# The fields of a record's `telemetry` object, in the schema's order.
+TELEMETRY_FIELDS = tuple(RECORD["$defs"]["telemetry"]["properties"])
+
+
+def unmeasured(reason: str | None) -> dict:
+    """The telemetry object of a region no Monitor watched: every figure null, and `reason`."""
+    return {**dict.fromkeys(TELEMETRY_FIELDS), "partial": False, "reason": reason}
+
 # Every field a record of each benchmark may hold (make_record writes them all, None where
 # not measured), in the schema's order.
 FIELDS = {benchmark: tuple(schema.declared(RECORD, RECORD, {"benchmark": benchmark}))
@@ -111,7 +118,7 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
               "benchmark": benchmark, "device": device, "status": status, "error": error,
               "timestamp": now, "attempt": current_attempt(),
               "backend": environment.get("backend") or "tensorflow",
-              "telemetry": telemetry if telemetry is not None else gb_telemetry.unmeasured(
+              "telemetry": telemetry if telemetry is not None else unmeasured(
                   "not measured for this record" if status == "ok" else f"status {status}"),
               "environment": environment}
     return record | {name: fields.get(name) for name in allowed}
@@ -133,22 +140,10 @@ def validate(record: dict) -> None:
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     stored = checker()
     if not stored.valid(record):
-        raise ValueError(_wrong(record, next(stored.errors(record))))
-
-
-def _wrong(record: dict, error: Any) -> str:
-    """A record's first error in words, naming the field."""
-    kind = record.get("benchmark") if record.get("benchmark") in BENCHMARKS else "record"
-    path = schema.field_path(error)
-    name = ".".join(path)
-    if error.validator == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
-        return (f"record {name} lacks {missing}" if path
-                else f"{kind} record lacks the field {missing[0]!r}")
-    if error.validator == "enum" and name in ("benchmark", "status"):
-        return (f"record has unknown {name} {error.instance!r}; expected one of "
-                f"{list(error.validator_value)}")
-    return f"{kind} field {name!r} has the wrong type: {schema.value_at(record, path)!r}"
+        problem = schema.explain(RECORD, next(stored.errors(record)))
+        kind = record.get("benchmark") if record.get("benchmark") in BENCHMARKS else "record"
+        raise ValueError(f"{kind} field {problem.field!r} is {schema.shown(problem.value)}; "
+                         f"expected {problem.wants}")
 
 
 def _json_safe(value: Any) -> Any:

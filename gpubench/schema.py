@@ -12,7 +12,7 @@ import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 FOLDER = Path(__file__).parent / "schemas"
 # The keywords of a value's range and form; without them a schema asks only for fields and types.
@@ -130,6 +130,44 @@ def value_at(instance: Any, path: list[str]) -> Any:
     for name in path:
         instance = instance.get(name) if isinstance(instance, dict) else None
     return instance
+
+
+class Problem(NamedTuple):
+    """A schema error in words: the field's path and name, its value, and what it should be."""
+
+    path: list  # the keys and list indexes down to the field
+    field: str  # the path as text: "jobs[0].attempt", "environment.hostname"
+    value: Any  # the value found (MISSING where the field is absent)
+    wants: str  # what the schema asks for, in words
+    droppable: bool  # a field marked droppable: a bad one costs only itself
+
+
+MISSING = "(missing)"
+
+
+def explain(root: dict, error: Any) -> Problem:
+    """jsonschema's `error` of an instance of schema `root`, in words: the one wording of a
+    schema error for the writer, the readers, the report and `--resume`."""
+    path, value, rule = list(error.absolute_path), error.instance, error.schema
+    if error.validator == "required":
+        name = next(k for k in error.validator_value if k not in error.instance)
+        path, value, rule = path + [name], MISSING, rule.get("properties", {}).get(name, {})
+        wants = words(root, rule) if rule else "a value"
+    elif error.validator == "additionalProperties":
+        name = sorted(set(error.instance) - set(rule.get("properties", ())))[0]
+        path, value, wants = path + [name], error.instance[name], "no such field"
+    else:
+        wants = words(root, rule)
+    field = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in path).lstrip(".")
+    return Problem(path, field or "the record", value, wants, bool(rule.get("droppable")))
+
+
+def shown(value: Any) -> str:
+    """`value` as a message shows it: JSON, cut at 60 characters; MISSING as it is."""
+    if value is MISSING:
+        return value
+    text = json.dumps(value, default=repr) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def field_path(error: Any) -> list[str]:

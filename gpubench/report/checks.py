@@ -6,7 +6,7 @@ it is dropped (null), with a warning naming it, and the record and its timings s
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
 
 from gpubench import results, schema
 
@@ -14,12 +14,6 @@ _TELEMETRY = results.RECORD["$defs"]["telemetry"]["properties"]
 # The telemetry fields that hold a number (the report looks for any measured one).
 TELEMETRY_NUMBERS = tuple(name for name, rule in _TELEMETRY.items()
                           if "number" in schema.json_types(results.RECORD, rule))
-
-
-def _shown(value: Any) -> str:
-    """`value` as a warning shows it: its repr, cut at 60 characters."""
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _nulled(record: dict, path: list[str]) -> dict:
@@ -40,15 +34,12 @@ def checked(record: dict) -> tuple[dict, list[str], str | None]:
         return record, [], None
     original, dropped, why, where = record, [], None, record.get("_origin", "a record")
     for error in full.errors(record):
-        path = schema.field_path(error)
-        rule = error.schema
-        if error.validator == "required":  # a field a condition needs (a time-boxed variant's)
-            path += [next(k for k in error.validator_value if k not in error.instance)]
-            rule = error.schema.get("properties", {}).get(path[-1], {})
-        shown = _shown(schema.value_at(original, path))
-        field = f"{record['benchmark']} field {'.'.join(path)!r} is {shown}"
-        wants = f"the report needs {schema.words(results.RECORD, rule)}"
-        if rule.get("droppable"):
+        problem = schema.explain(results.RECORD, error)
+        path = list(itertools.takewhile(lambda step: isinstance(step, str), problem.path))
+        field = (f"{record['benchmark']} field {problem.field!r} is "
+                 f"{schema.shown(schema.value_at(original, problem.path))}")
+        wants = f"the report needs {problem.wants}"
+        if problem.droppable:
             record = _nulled(record, path)
             dropped.append(f"{where}: {field}, dropped; {wants}")
         elif why is None:

@@ -123,32 +123,13 @@ def load_run(resume: str, profile: str | None,
 
 def _bad(path: Path, name: str, value, why: str) -> UsageError:
     """The error of a run.json field that cannot be resumed."""
-    shown = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return UsageError(f"{path}: {name} is {shown[:80]}: {why}; {NEW_RUN}")
-
-
-# A JSON type as Python names it, as a wrong type's error says what it expects.
-_PYTHON_TYPES = {"boolean": "bool", "string": "str", "integer": "int", "number": "float",
-                 "object": "dict", "array": "list", "null": "null"}
+    return UsageError(f"{path}: {name} is {schema.shown(value)}: {why}; {NEW_RUN}")
 
 
 def _schema_error(path: Path, error) -> UsageError:
     """jsonschema's error of run.json as one line naming the field ("jobs[0].attempt")."""
-    steps, value = list(error.absolute_path), error.instance
-    if error.validator == "required":
-        steps.append(next(k for k in error.validator_value if k not in error.instance))
-        value, why = None, "the field is missing"
-    elif error.validator == "additionalProperties":
-        steps.append(sorted(set(error.instance) - set(error.schema.get("properties", ())))[0])
-        value, why = error.instance[steps[-1]], "not a field gpubench writes there"
-    elif error.validator == "type":
-        types = error.validator_value
-        why = "wrong type: expected " + " or ".join(
-            _PYTHON_TYPES[t] for t in ([types] if isinstance(types, str) else types))
-    else:
-        why = "it must be " + schema.words(RUN_SCHEMA, error.schema)
-    name = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps).lstrip(".")
-    return _bad(path, name or "the file", value, why)
+    problem = schema.explain(RUN_SCHEMA, error)
+    return _bad(path, problem.field, problem.value, f"expected {problem.wants}")
 
 
 def check_manifest(manifest, path: Path) -> list[Job]:

@@ -7,22 +7,12 @@ from __future__ import annotations
 import types
 from collections.abc import Sequence
 
-FIELDS = (
-    "source", "reason", "partial", "interval_s", "samples", "seconds",
-    "gpu_util_percent_mean", "gpu_util_percent_max", "gpu_memory_used_mb_max",
-    "sm_clock_mhz_mean", "power_watts_mean", "power_watts_max",
-    "energy_joules", "energy_method", "clock_event_reasons",
-    "cpu_util_percent_mean", "cpu_util_percent_max", "cpu_energy_joules", "cpu_energy_method",
-)
+from gpubench import results
 
-EMPTY: types.MappingProxyType = types.MappingProxyType(
-    {name: (False if name == "partial" else None) for name in FIELDS})
+FIELDS = results.TELEMETRY_FIELDS
+EMPTY: types.MappingProxyType = types.MappingProxyType(results.unmeasured(None))
 """The all-null telemetry object (read-only; `unmeasured` gives a dict to store)."""
-
-
-def unmeasured(reason: str | None) -> dict:
-    """The all-null telemetry object with `reason` (for records made without a Monitor)."""
-    return {**EMPTY, "reason": reason}
+unmeasured = results.unmeasured
 
 
 def mean(values: Sequence[float]) -> float | None:

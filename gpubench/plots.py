@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gpubench.fmt import fmt, fmt_time, md_table
 from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS
 from gpubench.results import dtype_of, ok_records
+
+# The columns of a matmul table, in order (the report's glossary explains each).
+MATMUL_COLUMNS = ("size", "product time", "GFLOP/s", "% of datasheet peak", "call latency",
+                  "launch and sync per call", "book's single timing", "of which set-up")
 
 
 def column_of(record: dict) -> str:
@@ -265,4 +270,61 @@ def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
     return fig
 
 
+def _row(r: dict) -> dict[str, str]:
+    """A table row's cells of one matmul record (rigorous or book)."""
+    if r["status"] != "ok":
+        return {"book's single timing" if r["method"] == "book" else "call latency":
+                r["status"].upper()}
+    if r["method"] == "book":
+        setup = (r["seconds"] - r["warm_seconds"]) if r.get("warm_seconds") is not None else None
+        return {"book's single timing": fmt_time(r["seconds"]),
+                "of which set-up": _difference(setup, fmt_time)}
+    product, call = r.get("seconds"), r.get("call_seconds")
+    share = "–"
+    if r.get("spec_peak_gflops") and r.get("gflops") is not None and product is not None:
+        share = fmt(r["gflops"] / r["spec_peak_gflops"], ".0%")
+        if r["gflops"] > r["spec_peak_gflops"]:
+            share += " (above the datasheet figure; check gpubench/peaks.py)"
+    overhead = (call - product) * 1e6 if product is not None and call is not None else None
+    return {"product time": fmt_time(product),
+            "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
+            "% of datasheet peak": share, "call latency": fmt_time(call),
+            "launch and sync per call": _difference(overhead,
+                                                    lambda us: f"{fmt(us, ',.0f')} µs")}
 
+
+def _difference(value: float | None, show) -> str:
+    """A difference of two timings in a cell: `show(value)` where it is positive, "none" where
+    noise made it zero or negative, "–" where one side was not measured."""
+    if value is None:
+        return "–"
+    return show(value) if value > 0 else "none"
+
+
+def matmul_tables(records: list[dict]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per device and dtype of the sweep's records (the peak probe's left out), a table by size
+    as (title, headers, rows): product time, GFLOP/s, % of datasheet peak, call latency, launch
+    and sync per call, the book's single timing and its set-up; columns with nothing measured
+    left out."""
+    matmul = [r for r in records if r["benchmark"] == "matmul" and r.get("method") != "peak"]
+    blocks = []
+    for device, dtype in sorted({(r["device"], dtype_of(r)) for r in matmul},
+                                key=lambda k: (k[0] != "cpu", k)):
+        rows: dict[tuple, dict] = {}
+        for r in matmul:
+            if (r["device"], dtype_of(r)) == (device, dtype):
+                label = (f"{r['size']} (aligned, beside {r['aligned_from']})"
+                         if r.get("aligned_from") is not None else str(r["size"]))
+                rows.setdefault((r.get("aligned_from") or r["size"], r["size"]), {"size": label})
+                rows[(r.get("aligned_from") or r["size"], r["size"])].update(_row(r))
+        headers = [h for h in MATMUL_COLUMNS
+                   if h == "size" or any(row.get(h, "–") != "–" for row in rows.values())]
+        body = [[row.get(h, "–") for h in headers] for _, row in sorted(rows.items())]
+        blocks.append((f"{device} at {dtype}", headers, body))
+    return blocks
+
+
+def matmul_table(records: list[dict]) -> str:
+    """`matmul_tables` in Markdown, for a chapter."""
+    return "\n\n".join(f"**{title}**\n\n" + md_table(headers, body)
+                         for title, headers, body in matmul_tables(records))

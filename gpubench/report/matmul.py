@@ -138,60 +138,16 @@ def crossover_text(records: list[dict], quantity: str = CALL, dtype: str = "floa
     return "the GPU wins " + crossover_words(found[0]["points"])
 
 
-def _row(r: dict) -> dict[str, str]:
-    """A table row's cells of one matmul record (rigorous or book)."""
-    if r["status"] != "ok":
-        return {"book's single timing" if r["method"] == "book" else "call latency":
-                r["status"].upper()}
-    if r["method"] == "book":
-        setup = (r["seconds"] - r["warm_seconds"]) if r.get("warm_seconds") is not None else None
-        return {"book's single timing": fmt_time(r["seconds"]),
-                "of which set-up": _difference(setup, fmt_time)}
-    product, call = r.get("seconds"), r.get("call_seconds")
-    share = "–"
-    if r.get("spec_peak_gflops") and r.get("gflops") is not None and product is not None:
-        share = fmt(r["gflops"] / r["spec_peak_gflops"], ".0%")
-        if r["gflops"] > r["spec_peak_gflops"]:
-            share += " (above the datasheet figure; check gpubench/peaks.py)"
-    overhead = (call - product) * 1e6 if product is not None and call is not None else None
-    return {"product time": fmt_time(product),
-            "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else "–",
-            "% of datasheet peak": share, "call latency": fmt_time(call),
-            "launch and sync per call": _difference(overhead,
-                                                    lambda us: f"{fmt(us, ',.0f')} µs")}
-
-
-def _difference(value: float | None, show) -> str:
-    """A difference of two timings in a cell: `show(value)` where it is positive, "none" where
-    noise made it zero or negative, "–" where one side was not measured."""
-    if value is None:
-        return "–"
-    return show(value) if value > 0 else "none"
-
-
 def table(records: list[dict]) -> str:
-    """Per device and dtype of the records, a table by size: product time, GFLOP/s, % of
-    datasheet peak, call latency, launch and sync per call, the book's single timing and its
-    set-up; columns with nothing measured left out, the peak probe too (`peak_lines`)."""
-    matmul = _sweep(records)
+    """Per device and dtype of the records, a table by size (`plots.matmul_tables`), each with
+    the line explaining its columns."""
     blocks: list[str] = []
-    for device, dtype in sorted({(r["device"], dtype_of(r)) for r in matmul},
-                                key=lambda k: (k[0] != "cpu", k)):
-        rows: dict[tuple, dict] = {}
-        for r in matmul:
-            if (r["device"], dtype_of(r)) == (device, dtype):
-                label = (f"{r['size']} (aligned, beside {r['aligned_from']})"
-                         if r.get("aligned_from") is not None else str(r["size"]))
-                rows.setdefault((r.get("aligned_from") or r["size"], r["size"]), {"size": label})
-                rows[(r.get("aligned_from") or r["size"], r["size"])].update(_row(r))
-        headers = [h for h in MATMUL_NOTES
-                   if h == "size" or any(row.get(h, "–") != "–" for row in rows.values())]
-        body = [[row.get(h, "–") for h in headers] for _, row in sorted(rows.items())]
+    for title, headers, body in plots.matmul_tables(_sweep(records)):
         notes = MATMUL_NOTES
-        if any("aligned" in row["size"] for row in rows.values()):
+        if any("aligned" in row[0] for row in body):
             notes = {**notes, "size": notes["size"] + "; \"aligned\": the next multiple of "
                      f"{ALIGN_MULTIPLE} timed beside a book size that is not one"}
-        blocks += [f"**{device} at {dtype}**", "", *explained_table(headers, body, notes)]
+        blocks += [f"**{title}**", "", *explained_table(headers, body, notes)]
     return "\n".join(blocks).rstrip()
 
 

@@ -1,7 +1,6 @@
-"""gpubench: measure how much faster Keras deep learning runs on your GPU than on your CPU.
+"""gpubench: how much faster Keras deep learning runs on your GPU than on your CPU.
 
-`import gpubench as gb` is cheap: the Keras backend (TensorFlow or JAX) loads only when
-something first needs it (`gpubench.backends` is the one place that loads it).
+`import gpubench as gb` loads no ML framework: the backend loads when something first needs it.
 """
 
 from __future__ import annotations
@@ -12,20 +11,15 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-_PACKAGE = Path(__file__).parent
-_backends = importlib.import_module(f"{__name__}.backends")  # light: loads no framework
-_backends.prepare_environment()  # before anything imports TensorFlow or JAX
-
+importlib.import_module(f"{__name__}.backends").prepare_environment()  # before any framework
 # Every module and subpackage, found on disk (no list kept by hand).
-_SUBMODULES = tuple(sorted(info.name for info in pkgutil.iter_modules([str(_PACKAGE)])
-                           if not info.name.startswith("_")))
+SUBMODULES = tuple(sorted(info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
+                          if not info.name.startswith("_")))
+__all__ = ["__version__", *SUBMODULES]
 
 
 def __getattr__(name: str):
     """Import submodules on first use (`gb.devices`, `gb.matmul`, ...)."""
-    if name in _SUBMODULES:
+    if name in SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'gpubench' has no attribute {name!r}")
-
-
-__all__ = ["__version__", *_SUBMODULES]

@@ -1,26 +1,22 @@
 """What every chapter does first: check its parameters, apply the profile, open the results.
 
-The names and defaults are the notebook's parameters cell (read from its .ipynb by
-`gpubench.params.declared`) and the rules for each value live in `gpubench.params`; `start`
-applies them in the kernel, as the runner does before any kernel starts, and also refuses a name
-that papermill injected and the parameters cell does not declare (papermill itself only warns).
+The cell that ran is the declaration: names and defaults come from the parameters cell the
+kernel executed and papermill's injected cell (IPython's `In`); `gpubench.params` holds the
+rules. Outside IPython: a book notebook's own cell, else the values given.
 """
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
 
 from gpubench import __version__, devices, machine, params, results  # devices: no backend yet
-from gpubench.backends import BACKEND_TITLES
-from gpubench.params import ParameterError
+from gpubench.backends import backend_title
+from gpubench.params import COMMON, ParameterError
 
-# Colours and cursor moves, as rich (Keras's model summary) writes them.
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")  # rich's colours, cursor moves
 INJECTED_HEADER = "# Parameters"  # the first line of the cell papermill injects
 
 
@@ -30,7 +26,7 @@ class Config(SimpleNamespace):
     @property
     def params(self) -> dict:
         """This notebook's parameters, in the parameters cell's order."""
-        return {n: getattr(self, n) for n in params.parameter_names(self.notebook)}
+        return {n: getattr(self, n) for n in self.names}
 
     @property
     def recording(self) -> dict:
@@ -42,104 +38,106 @@ class DeviceParameterError(ParameterError, devices.DeviceError):
     """A device parameter this machine does not have (shown as one line, like the others)."""
 
 
-def injected_names(values: dict) -> list[str]:
-    """The names that papermill's injected-parameters cells assigned, among the cells the kernel
-    ran so far (IPython's `In`, found in `values` when it is the kernel's globals)."""
-    found: list[str] = []
-    for source in values.get("In") or []:
-        if not (isinstance(source, str) and source.lstrip().startswith(INJECTED_HEADER)):
-            continue
-        try:
-            body = ast.parse(source).body
-        except SyntaxError:
-            continue
-        if all(isinstance(node, ast.Assign) for node in body):  # papermill writes only these
-            found += [t.id for node in body for t in node.targets if isinstance(t, ast.Name)]
-    return list(dict.fromkeys(found))
+def literal(source: object) -> dict | None:
+    """{name: value} of a cell of `NAME = literal` lines only, else None."""
+    try:
+        return params.literal_cell(source) or None
+    except (ParameterError, SyntaxError, TypeError, ValueError):
+        return None
 
 
-def check_injected(notebook: str, values: dict) -> None:
-    """Refuse names papermill injected (`-p NAME VALUE`) that `notebook` does not declare."""
-    names = params.parameter_names(notebook)
-    unknown = [name for name in injected_names(values) if name not in names]
-    if unknown:
-        raise ParameterError(f"unknown parameter(s) {', '.join(unknown)} passed to {notebook} "
-                             f"(papermill -p); it takes {', '.join(names)}")
+def is_injected(source: object) -> bool:
+    """Whether `source` is a cell papermill injected (its header, then only assignments)."""
+    return (isinstance(source, str) and source.lstrip().startswith(INJECTED_HEADER)
+            and literal(source) is not None)
+
+
+def injected_names(values: dict, since: int = 0) -> list[str]:
+    """The names papermill's injected cells assigned, among the cells of `In` from `since`."""
+    history = values.get("In") or []
+    return list(dict.fromkeys(n for s in history[since:] if is_injected(s) for n in literal(s)))
+
+
+def declaration(notebook: str, values: dict) -> tuple[dict, int]:
+    """(names and defaults of the parameters cell the kernel ran last, the index in `In` after
+    it): the latest cell of literals that declares COMMON or precedes papermill's cell."""
+    history = values.get("In") or []
+    for i in reversed(range(len(history))):
+        cell = None if is_injected(history[i]) else literal(history[i])
+        after = i + 1 < len(history) and is_injected(history[i + 1])
+        if cell and (set(COMMON) <= set(cell) or after):
+            return {**dict.fromkeys(COMMON), **cell}, i + 1
+    return (dict(params.declared(notebook)) if notebook in params.NOTEBOOKS else {}), 0
 
 
 def start(notebook: str, values: dict | None = None, **given) -> Config:
-    """Check the parameters (read from `values`, e.g. `globals()`; keywords win), apply the
-    profile, open the results store and describe the machine; bad input fails before anything
-    runs, with one line that names it."""
-    names = params.parameter_names(notebook)
-    check_injected(notebook, values or {})
+    """Check the parameters (from `values`, e.g. `globals()`; keywords win), apply the profile,
+    open the results store and describe the machine; bad input fails first, in one line."""
+    values = values or {}
+    cell, since = declaration(notebook, values)
+    cell = cell or {**dict.fromkeys(COMMON), **given}
+    params.check_names(notebook, injected_names(values, since), cell,
+                       how=f"passed to {notebook} (papermill -p)")
     store_rich_text_plain()
-    given = {**{n: values[n] for n in names if n in (values or {})}, **given}
-    chosen, changed = params.resolve(notebook, **params.check_params(notebook, given))
-    chosen = _resolve_devices(params.check_params(notebook, chosen))  # env variables' values too
+    given = {**{n: values[n] for n in cell if n in values}, **given}
+    chosen, changed = params.resolve(notebook, cell, **params.check_params(notebook, given, cell))
+    chosen = resolve_devices(params.check_params(notebook, chosen, cell))  # GPUBENCH_* too
     chosen["env_name"] = chosen["env_name"] or results.default_env_name()
     chosen["results_path"] = str(chosen["results_path"] or results.default_results_path())
-    config = Config(notebook=notebook, store=results.ResultsStore(chosen["results_path"]),
-                    environment=results.environment_snapshot(), changed=changed, **chosen)
+    config = Config(notebook=notebook, names=list(cell), changed=changed,
+                    store=results.ResultsStore(chosen["results_path"]),
+                    environment=results.environment_snapshot(), **chosen)
     print(describe(config))
     return config
 
 
-def _resolve(name: str) -> str:
+def resolve_devices(chosen: dict) -> dict:
+    """`device`/`devices` resolved, a device this machine lacks one line like the other errors
+    (Multi_GPU_Scaling resolves its own, after virtual devices)."""
+    names = chosen.get("devices")
+    if names is None and "sizes" in chosen:  # a matmul sweep: every device, GPUs first
+        names = devices.gpus_first()
     try:
-        return devices.resolve(name)
+        if "device" in chosen:
+            chosen["device"] = devices.resolve(chosen["device"])
+        if names is not None and "virtual_devices" not in chosen:
+            chosen["devices"] = [devices.resolve(name) for name in names]
     except devices.DeviceError as exc:
         raise DeviceParameterError(str(exc)) from None
-
-
-def _resolve_devices(chosen: dict) -> dict:
-    """`device`/`devices` resolved (Multi_GPU_Scaling resolves its own, after virtual devices)."""
-    if "device" in chosen:
-        chosen["device"] = _resolve(chosen["device"])
-    names = chosen.get("devices")
-    if names is None and "sizes" in chosen:  # performanceTest: every device, GPUs first
-        names = devices.gpus_first()
-    if names is not None and "virtual_devices" not in chosen:
-        chosen["devices"] = [_resolve(name) for name in names]
     return chosen
 
 
 def describe_environment(env: dict) -> str:
     """Two lines: the machine, and the software with the backend and the kind of its build."""
-    gpus = ", ".join(f"{g['name']}" + (f" ({g['memory_gb']} GB, driver {g['driver']})"
-                                       if g.get("driver") else "") for g in env["gpus"])
+    gpus = ", ".join(g["name"] + (f" ({g['memory_gb']} GB, driver {g['driver']})"
+                                  if g.get("driver") else "") for g in env["gpus"] or [])
     build = "CUDA build" if env["cuda_build"] else "CPU-only build"
     if env["cuda_build"] and env.get("cuda_version"):
         build += f", CUDA {env['cuda_version']}, cuDNN {env['cudnn_version']}"
     backend = env.get("backend") or "tensorflow"
-    version = env.get("backend_version") or env.get(backend)
     warned = (env.get("backend_settings") or {}).get("fallback_warning")
-    return (
-        f"Machine:  {env['cpu_model']}, {env['cpu_count']} CPU cores, {env['ram_gb']} GB RAM; "
-        f"GPU: {gpus or 'none'}\n"
-        f"Software: Python {env['python']}, Keras {env['keras']} on "
-        f"{BACKEND_TITLES.get(backend, backend)} {version} ({build}), {env['os']}"
-        + (f"\nWARNING:  {warned}" if warned else "")
-    )
+    return (f"Machine:  {env['cpu_model']}, {env['cpu_count']} CPU cores, {env['ram_gb']} GB "
+            f"RAM; GPU: {gpus or 'none'}\nSoftware: Python {env['python']}, Keras {env['keras']}"
+            f" on {backend_title(backend)} {env.get('backend_version') or env.get(backend)} "
+            f"({build}), {env['os']}" + (f"\nWARNING:  {warned}" if warned else ""))
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """`path` as a reader can open it: relative to the checkout inside one (no machine paths in
-    the stored outputs), else absolute (the kernel's folder is not the user's)."""
-    path = Path(path).resolve()
-    root = machine.checkout()
-    return str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
+    """`path` as it opens from the current folder: relative below it or where both lie in the
+    checkout (no machine path in stored outputs), else absolute."""
+    path, here, root = Path(path).resolve(), Path.cwd().resolve(), machine.checkout()
+    inside = root is not None and path.is_relative_to(root) and here.is_relative_to(root)
+    return os.path.relpath(path, here) if inside or path.is_relative_to(here) else str(path)
 
 
 def describe(config: Config) -> str:
     """The block a notebook prints first: what runs, where, with which parameters."""
-    shown = {k: v for k, v in config.params.items() if k not in params.COMMON}
+    shown = ", ".join(f"{k}={v!r}" for k, v in config.params.items() if k not in COMMON)
     changes = ", ".join(f"{k} {book!r} -> {quick!r}" for k, (book, quick) in config.changed.items())
     return "\n".join([
         f"gpubench {__version__} | {config.notebook} | profile {config.profile} "
         f"| env {config.env_name}",
-        describe_environment(config.environment),
-        "Parameters: " + ", ".join(f"{k}={v!r}" for k, v in shown.items()),
+        describe_environment(config.environment), f"Parameters: {shown}",
         *([f"Quick profile, instead of the book's values: {changes}"] if changes else []),
         f"Results:  {shown_path(config.results_path)}",
     ])
@@ -151,8 +149,7 @@ def plain_rich_text(obj, printer, cycle) -> None:
 
 
 def store_rich_text_plain() -> None:
-    """In Jupyter, store rich's text copy (Keras's model summary) without ANSI colour codes, so
-    no notebook output carries them; outside IPython, nothing."""
+    """In Jupyter, keep rich's text copy (Keras's model summary) free of ANSI colour codes."""
     try:
         from IPython import get_ipython  # noqa: PLC0415 - only inside a kernel
     except ImportError:

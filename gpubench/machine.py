@@ -1,8 +1,5 @@
-"""The machine gpubench runs on, without any ML framework: nvidia-smi, CPU, RAM, the checkout.
-
-`facts()` is the framework-free part of a record's `environment`; `results` adds the
-backend's build information to it.
-"""
+"""The machine gpubench runs on, without any ML framework: nvidia-smi, CPU, RAM, load, the
+checkout. Stdlib only. `facts()` is the framework-free part of a record's `environment`."""
 
 from __future__ import annotations
 
@@ -29,24 +26,19 @@ def command_output(cmd: list[str], timeout: float = 20) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def nvidia_smi(*args: str) -> str | None:
-    """What `nvidia-smi ARGS` prints (stripped), or None when it is missing, fails or hangs."""
-    return command_output(["nvidia-smi", *args])
-
-
 def nvidia_smi_gpus() -> list[str] | None:
     """Lines of `nvidia-smi -L`, [] when it lists none, None when it is missing or fails."""
-    out = nvidia_smi("-L")
+    out = command_output(["nvidia-smi", "-L"])
     return None if out is None else [line for line in out.splitlines()
                                      if line.strip().startswith("GPU")]
 
 
 def smi_gpus() -> list[dict]:
     """Name, memory (GB) and driver of each GPU nvidia-smi lists ([] without one)."""
-    out = nvidia_smi("--query-gpu=name,memory.total,driver_version",
-                     "--format=csv,noheader,nounits")
+    out = command_output(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                          "--format=csv,noheader,nounits"])
     gpus = []
-    for line in (out or "").strip().splitlines():
+    for line in (out or "").splitlines():
         name, memory, driver = (part.strip() for part in (line.split(",") + ["", ""])[:3])
         memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
         gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver or None})
@@ -61,8 +53,8 @@ def cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    if platform.system() == "Darwin" and (out := command_output(["sysctl", "-n",
-                                                      "machdep.cpu.brand_string"])):
+    if platform.system() == "Darwin" and (out := command_output(
+            ["sysctl", "-n", "machdep.cpu.brand_string"])):
         return out
     return platform.processor() or platform.machine()
 
@@ -80,20 +72,21 @@ def ram_gb() -> float | None:
         return None
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (os.getloadavg), None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def project_root() -> Path:
-    """The gpubench checkout (or installed package's parent folder)."""
+    """The folder holding the gpubench package: the checkout, or site-packages for a wheel."""
     return Path(__file__).resolve().parents[1]
 
 
-# Where a hint below gpubench.envs names the command that makes an env: `gpubench envs`, which
-# exists wherever gpubench is installed and names it by envs.setup_command (the one rule: the
-# checkout's `make setup ...`, or outside a checkout pip's extra).
-ENVS_HINT = "the command that `gpubench envs` names"
-
-
 def checkout() -> Path | None:
-    """The gpubench checkout this package runs from (pyproject.toml beside gpubench/), or None
-    where it is installed from a wheel."""
+    """The gpubench checkout (pyproject.toml beside gpubench/), None for an installed wheel."""
     root = project_root()
     return root if (root / "pyproject.toml").is_file() else None
 

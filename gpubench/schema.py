@@ -1,10 +1,6 @@
-"""The JSON Schemas gpubench writes and reads its files by (gpubench/schemas/: a results record,
-run.json): each field's type and range is written there once. This module loads a schema,
-compiles it once, and says in words what a failing field should be.
-
-A check is fast where the value is valid (fastjsonschema's compiled code, as nbformat does) and
-exact where it is not (jsonschema's errors, draft 2020-12, each naming its field).
-"""
+"""The JSON Schemas of gpubench's files (gpubench/schemas/: a results record, run.json): loaded,
+compiled once, and a failing field said in words. The check is fast where a value is valid
+(fastjsonschema's compiled code) and exact where it is not (jsonschema's errors, 2020-12)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,12 @@ from typing import Any, NamedTuple
 FOLDER = Path(__file__).parent / "schemas"
 # The keywords of a value's range and form; without them a schema asks only for fields and types.
 RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})
-# A JSON type in words, as an error message says what it expects.
 TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number",
               "boolean": "true or false", "object": "a JSON object", "array": "a list",
               "null": "null"}
+# Keywords that apply to a value of any type: "X or null" is X taking null only without them.
+ANY_TYPE = frozenset({"not", "anyOf", "allOf", "if", "const", "enum"})
+MISSING = "(missing)"
 
 
 @functools.cache
@@ -35,9 +33,8 @@ def resolve(root: dict, part: dict) -> dict:
 
 
 def types_only(part: Any) -> Any:
-    """`part` without ranges and without the fields marked droppable, each value kind ($defs)
-    taking null: what a file must hold to be read at all (a writer that was not given a value
-    stores null; a droppable field costs only itself, where the report looks at it)."""
+    """`part` without ranges, a droppable field allowed anything (or to be missing), each value
+    kind ($defs) taking null: what a file must hold to be read at all."""
     if isinstance(part, list):
         return [types_only(v) for v in part]
     if not isinstance(part, dict):
@@ -46,11 +43,14 @@ def types_only(part: Any) -> Any:
         return True
     kept = {k: types_only(v) for k, v in part.items() if k not in RANGE_KEYWORDS}
     if "$defs" in kept:
-        kept["$defs"] = {name: _or_null(kind) for name, kind in kept["$defs"].items()}
+        kept["$defs"] = {name: or_null(kind) for name, kind in kept["$defs"].items()}
+    if "required" in kept:
+        kept["required"] = [n for n in kept["required"]
+                            if not part.get("properties", {}).get(n, {}).get("droppable")]
     return kept
 
 
-def _or_null(part: Any) -> Any:
+def or_null(part: Any) -> Any:
     """`part`, taking null as well where it names a type."""
     types = part.get("type") if isinstance(part, dict) else None
     if types is None or "null" in types:
@@ -58,14 +58,9 @@ def _or_null(part: Any) -> Any:
     return {**part, "type": [*([types] if isinstance(types, str) else types), "null"]}
 
 
-# Keywords that apply to a value of any type: "X or null" is X taking null only without them.
-_ANY_TYPE = frozenset({"not", "anyOf", "allOf", "if", "const", "enum"})
-
-
 def inlined(root: dict, part: Any) -> Any:
-    """`part` with each "$ref" replaced by the definition it names, and each "X or null"
-    (anyOf) of a typed X written as X taking null: the same checks, in the form that compiled
-    code runs fastest (an anyOf tries each option and catches the failure)."""
+    """`part` with each "$ref" replaced by its definition and each "X or null" (anyOf) of a
+    typed X written as X taking null: the same checks, as compiled code runs them fastest."""
     if isinstance(part, list):
         return [inlined(root, v) for v in part]
     if not isinstance(part, dict):
@@ -76,14 +71,13 @@ def inlined(root: dict, part: Any) -> Any:
     options = part.get("anyOf", ())
     if len(options) == 2 and {"type": "null"} in options:
         (other,) = [o for o in options if o != {"type": "null"}]
-        if "type" in other and not _ANY_TYPE & set(other):
-            part = {**{k: v for k, v in part.items() if k != "anyOf"}, **_or_null(other)}
+        if "type" in other and not ANY_TYPE & set(other):
+            part = {**{k: v for k, v in part.items() if k != "anyOf"}, **or_null(other)}
     return part
 
 
 def words(root: dict, part: dict | bool) -> str:
-    """What `part` asks for, in words: its description, else built from its types ("a list of
-    (a finite number >= 0) or null")."""
+    """What `part` asks for, in words: its description, else built from its types."""
     if not isinstance(part, dict):
         return "anything" if part else "nothing"
     if "description" in part:
@@ -100,19 +94,9 @@ def words(root: dict, part: dict | bool) -> str:
     return " or ".join(TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types))
 
 
-def json_types(root: dict, part: dict) -> set[str]:
-    """The JSON types `part` accepts (through "$ref" and "anyOf")."""
-    part = resolve(root, part)
-    found = {part["type"]} if isinstance(part.get("type"), str) else set(part.get("type", ()))
-    for option in part.get("anyOf", ()):
-        found |= json_types(root, option)
-    return found
-
-
 def declared(root: dict, part: dict, where: dict) -> dict[str, dict]:
-    """The fields `part` of `root` declares, each with its first declaration, through "$ref",
-    "allOf" and "then", skipping a "then" whose "if" asks another value of a field in `where`
-    ({"benchmark": "train"}: a train record's fields)."""
+    """The fields `part` of `root` declares (through "$ref", "allOf" and "then"), skipping a
+    "then" whose "if" asks another value of a field in `where` ({"benchmark": "train"})."""
     part = resolve(root, part)
     found = dict(part.get("properties", {}))
     branches = [*part.get("allOf", ())]
@@ -125,7 +109,7 @@ def declared(root: dict, part: dict, where: dict) -> dict[str, dict]:
     return found
 
 
-def value_at(instance: Any, path: list[str]) -> Any:
+def value_at(instance: Any, path: list) -> Any:
     """The value at `path` (["telemetry", "energy_joules"]) of `instance`; None where absent."""
     for name in path:
         instance = instance.get(name) if isinstance(instance, dict) else None
@@ -142,12 +126,9 @@ class Problem(NamedTuple):
     droppable: bool  # a field marked droppable: a bad one costs only itself
 
 
-MISSING = "(missing)"
-
-
 def explain(root: dict, error: Any) -> Problem:
     """jsonschema's `error` of an instance of schema `root`, in words: the one wording of a
-    schema error for the writer, the readers, the report and `--resume`."""
+    schema error (writer, readers, report, `--resume`)."""
     path, value, rule = list(error.absolute_path), error.instance, error.schema
     if error.validator == "required":
         name = next(k for k in error.validator_value if k not in error.instance)
@@ -170,43 +151,37 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def field_path(error: Any) -> list[str]:
-    """The field an error is about: its path in the instance, up to the first list index."""
-    path = []
-    for step in error.absolute_path:
-        if not isinstance(step, str):
-            break
-        path.append(step)
-    return path
-
-
 class Checker:
     """One schema, compiled once: `valid` is the fast path, `errors` says what fails."""
 
     def __init__(self, schema: dict) -> None:
         """Compile `schema` (a draft 2020-12 schema of gpubench/schemas/)."""
-        import fastjsonschema  # noqa: PLC0415 - setup runs gpubench on a bare Python: stdlib at import
+        import fastjsonschema  # noqa: PLC0415 - setup runs gpubench on a bare Python
 
         self.schema = schema
-        self._fast = fastjsonschema.compile(inlined(schema, schema), use_default=False)
-        self._failed = fastjsonschema.JsonSchemaException
-        self._exact: Any = None  # jsonschema's validator, made where a value first fails
+        self.compiled = fastjsonschema.compile(inlined(schema, schema), use_default=False)
+        self.failed = fastjsonschema.JsonSchemaException
+        self.exact: Any = None  # jsonschema's validator, made where a value first fails
+
+    def compiled_valid(self, instance: Any) -> bool:
+        """Whether `instance` passes the compiled check alone."""
+        try:
+            self.compiled(instance)
+        except self.failed:
+            return False
+        return True
 
     def valid(self, instance: Any) -> bool:
-        """Whether `instance` passes (the compiled check; `errors` decides where they differ)."""
-        try:
-            self._fast(instance)
-        except self._failed:
-            return not next(self.errors(instance), None)
-        return True
+        """Whether `instance` passes (where the compiled check fails, `errors` decides)."""
+        return self.compiled_valid(instance) or not next(self.errors(instance), None)
 
     def errors(self, instance: Any) -> Iterator[Any]:
         """jsonschema's errors of `instance`, in the schema's order."""
-        if self._exact is None:
+        if self.exact is None:
             import jsonschema  # noqa: PLC0415 - 0.1 s to import: only once a value fails
 
-            self._exact = jsonschema.Draft202012Validator(self.schema)
-        return self._exact.iter_errors(instance)
+            self.exact = jsonschema.Draft202012Validator(self.schema)
+        return self.exact.iter_errors(instance)
 
 
 @functools.cache

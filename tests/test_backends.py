@@ -58,6 +58,75 @@ def test_a_framework_is_imported_only_by_the_backends_and_modules_named_for_one(
     assert inside  # the check does find them where they belong
 
 
+def test_the_env_table_is_one_and_each_name_follows_from_it():
+    assert backends.ENVS == ("cpu", "gpu", "jax-cpu", "jax-gpu", "torch-cpu", "torch-gpu")
+    assert [backends.env_backend(e) for e in backends.ENVS] == [
+        "tensorflow", "tensorflow", "jax", "jax", "torch", "torch"]
+    assert [backends.is_gpu_env(e) for e in backends.ENVS] == [False, True] * 3
+    assert backends.is_gpu_env("jax-gpu-a100") and not backends.is_gpu_env("my-cpu")
+    assert backends.env_backend("torch-gpu-2") == "torch" and backends.env_backend("x") == \
+        "tensorflow"
+    assert [backends.kernel_name(e) for e in backends.ENVS[:3]] == [
+        "gpubench-cpu", "gpubench-gpu", "gpubench-jax-cpu"]
+    assert all(backends.env_label(backends.env_backend(e), backends.is_gpu_env(e)) == e
+               for e in backends.ENVS)
+    assert backends.COMPILER == {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}
+    assert set(backends.BACKEND_TITLES) == set(backends.COMPILER) == set(backends.SUPPORTED)
+    titles = [ast.literal_eval(node.value) for path in (REPO / "gpubench").rglob("*.py")
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and node.value.value in ("TensorFlow", "JAX", "PyTorch")
+              and any(getattr(t, "id", "") == "TITLE" for t in node.targets)]
+    assert titles == []  # each backend's TITLE comes from BACKEND_TITLES, no second copy
+    assert backends.current().TITLE == backends.backend_title(backends.current().NAME)
+
+
+def test_the_no_gpu_hint_says_where_a_gpu_is_seen_and_what_one_here_needs():
+    hint = backends.no_gpu_hint("torch")
+    assert hint.startswith("No GPU is visible to PyTorch here.")
+    assert "reference/h200-jax/report.md" in hint and "gpubench report" in hint
+    assert "`gpubench doctor --gpu`" in hint and "\n" not in hint
+
+
+def _tf32_follows_the_block(backend) -> None:
+    """float32_precision sets TF32 for its block, restores the setting after, even on error."""
+    before = backend.tf32_enabled()
+    for wanted in (False, True):
+        with backend.float32_precision(wanted):
+            assert backend.tf32_enabled() is wanted
+        assert backend.tf32_enabled() is before
+    with pytest.raises(KeyError), backend.float32_precision(not before):
+        raise KeyError("a failing product")
+    assert backend.tf32_enabled() is before
+
+
+@pytest.mark.parametrize("name", ["tensorflow", pytest.param("jax", marks=pytest.mark.jax),
+                                  pytest.param("torch", marks=pytest.mark.torch)])
+def test_float32_precision_times_true_float32_beside_tf32(name):
+    backend = backends.current()
+    assert backend.NAME == name
+    _tf32_follows_the_block(backend)
+    with backend.float32_precision(False):
+        assert backend.build_info()["backend_settings"]["tf32"] is False  # the record says so
+
+
+@pytest.mark.parametrize("name", [pytest.param("jax", marks=pytest.mark.jax),
+                                  pytest.param("torch", marks=pytest.mark.torch)])
+def test_a_tensorflow_beside_another_backend_imports_quietly(name, tmp_path):
+    """Keras imports TensorFlow lazily (tf.data) where it is installed beside JAX or PyTorch:
+    its start-up lines on stderr (absl, oneDNN) stay out of the kernel's output."""
+    fake = tmp_path / "tensorflow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import os\nos.write(2, b'absl: oneDNN custom operations "
+                                      "are on\\n')\ndata = 'tf.data'\n")
+    code = ("import gpubench as gb\ngb.backends.keras()\n"
+            "from keras.src.utils.module_utils import tensorflow\nprint(tensorflow.data)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env=python_env(KERAS_BACKEND=name, PYTHONPATH=str(tmp_path)))
+    assert out.returncode == 0 and out.stdout.strip() == "tf.data", out.stderr[-2000:]
+    assert "oneDNN" not in out.stderr
+
+
 @pytest.mark.parametrize("name,message", [("numpy", "numpy cannot train"),
                                           ("theano", "unknown Keras backend")])
 def test_an_unsupported_backend_is_refused_by_name(name, message):
@@ -184,11 +253,13 @@ def _gpubench(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
 @pytest.mark.jax
 @pytest.mark.parametrize("flags", [["--gpu"], ["--gpu", "--json"]])
 def test_jax_platforms_cuda_on_a_cpu_only_jaxlib_is_one_line_for_doctor(tmp_path, flags):
+    """One line on stderr; with --json, one JSON document on stdout (its "error" that line)."""
     done = _gpubench("doctor", *flags, cwd=tmp_path, KERAS_BACKEND="jax", JAX_PLATFORMS="cuda")
-    assert done.returncode == 1 and done.stdout == "", done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "JAX_PLATFORMS='cuda' but this jaxlib" in done.stderr and "no CUDA plugin" in done.stderr
-    assert "set JAX_PLATFORMS=cpu or unset it" in done.stderr and "jax[cuda12]" in done.stderr
+    said = json.loads(done.stdout)["error"] if "--json" in flags else done.stderr
+    assert done.returncode == 1 and (done.stdout if "--json" not in flags else done.stderr) == ""
+    assert "Traceback" not in done.stderr and len(said.splitlines()) == 1, done.stderr
+    assert "JAX_PLATFORMS='cuda' but this jaxlib" in said and "no CUDA plugin" in said
+    assert "set JAX_PLATFORMS=cpu or unset it" in said and "jax[cuda12]" in said
 
 
 @pytest.mark.jax
@@ -346,13 +417,13 @@ def test_torch_gpu_guard_names_a_hidden_gpu_and_an_old_driver(fake_command, monk
         return False
 
     monkeypatch.setattr(cuda, "is_available", too_old)
-    backend._available.cache_clear()
+    backend.cuda_available.cache_clear()
     try:
         with pytest.raises(devices.GPUNotAvailableError) as info:
             devices.check_gpu()
     finally:
         monkeypatch.undo()
-        backend._available.cache_clear()
+        backend.cuda_available.cache_clear()
     text = str(info.value)
     assert "built for CUDA 13.0" in text and "too old (found version 12020)" in text
     assert "update the NVIDIA driver" in text
@@ -373,7 +444,8 @@ def _gpu_train(env: str, backend: str, steady: float, *, jit: bool, tf32: bool) 
         batch_size=100, train_samples=55000, total_seconds=steady * 16,
         first_epoch_seconds=steady * 2, steady_epoch_seconds=steady,
         epoch_seconds=[steady] * 15, samples_per_second=55000 / steady, test_accuracy=0.95,
-        jit_compile=jit, precision="float32", steps_per_execution=1, input_pipeline="arrays")
+        jit_compile=jit, precision="float32", steps_per_execution=1, input_pipeline="arrays",
+        tf32=tf32)
 
 
 def test_the_backends_section_puts_tensorflow_jax_and_pytorch_side_by_side(tmp_path):
@@ -398,9 +470,10 @@ def test_the_backends_section_puts_tensorflow_jax_and_pytorch_side_by_side(tmp_p
     jax, torch = (r[header.index("like for like?")] for r in rows[1:])
     assert jax.startswith("**not like for like**: XLA on against XLA off") and "TF32" not in jax
     # each side's compiler by its own name: torch.compile on PyTorch, XLA on TensorFlow
-    assert torch.startswith(
-        "**not like for like**: torch.compile on, TF32 off against XLA off, TF32 on")
-    assert "not by PyTorch's" in torch
+    assert torch.startswith(  # and the precision as it ran: "float32 (TF32)" where TF32 was on
+        "**not like for like**: torch.compile on, float32 against XLA off, float32 (TF32)")
+    modes = [r[header.index("mode")] for r in rows]  # each row's precision as it ran
+    assert ["float32 (TF32)" in m for m in modes] == [True, True, False], modes
 
 
 def test_what_torch_cannot_run_is_left_out_with_a_note_or_refused_by_name():
@@ -417,4 +490,5 @@ def test_what_torch_cannot_run_is_left_out_with_a_note_or_refused_by_name():
         params.check_for_backend("Speed_Factors", {"steps_per_execution": [1, 10]}, "torch", False)
     assert params.check_for_backend("Speed_Factors", {"steps_per_execution": [1]}, "torch", False)
     assert scaling.backend_refusal("jax") is None and scaling.backend_refusal("tensorflow") is None
-    assert "tensorflow or jax env" in scaling.backend_refusal("torch")
+    assert scaling.backend_refusal("torch") is None  # torch.distributed since this round
+    assert "cannot run on numpy" in scaling.backend_refusal("numpy")

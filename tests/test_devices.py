@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import PYTHON, REPO
-from gpubench import backends, devices
+from gpubench import backends, devices, machine
 
 
 @pytest.mark.parametrize("name", ["cpu", "CPU", "/cpu:0", "/CPU:0", "cpu:0", "/device:CPU:0"])
@@ -94,8 +95,9 @@ def test_gpu_on_cpu_only_build_fails_loudly(fake_machine, fake_command):
         devices.resolve("gpu")
     message = str(info.value)
     assert "CPU-only build" in message and "NVIDIA H200" in message
-    # `gpubench envs` names the command where the user is (make in a checkout, pip outside)
-    assert "`gpubench envs`" in message and "`make" not in message
+    # `gpubench doctor --gpu` names the command where the user is (make in a checkout, pip
+    # outside): the diagnosis itself names neither
+    assert "`gpubench doctor --gpu`" in message and "`make" not in message
     assert "tensorflow[and-cuda]" in message
 
 
@@ -133,7 +135,7 @@ def test_memory_growth_is_enabled_for_every_gpu():
     fake = SimpleNamespace(config=SimpleNamespace(
         list_physical_devices=lambda kind: gpus if kind == "GPU" else [],
         experimental=SimpleNamespace(set_memory_growth=lambda g, flag: calls.append((g, flag)))))
-    tf_backend._enable_memory_growth(fake)
+    tf_backend.enable_memory_growth(fake)
     assert calls == [("gpu-a", True), ("gpu-b", True)]
 
 
@@ -142,7 +144,7 @@ def test_real_machine_devices_exist_and_take_work():
     keras = backends.keras()
     listed = devices.list_devices()
     assert listed == ["cpu"] + [f"gpu:{i}" for i in range(backends.current().gpu_count())]
-    if not devices.nvidia_smi_gpus() or not backends.current().is_cuda_build():
+    if not machine.nvidia_smi_gpus() or not backends.current().is_cuda_build():
         assert listed == ["cpu"]
     for name in listed:
         with devices.scope(name) as canonical:
@@ -168,10 +170,32 @@ def test_doctor_reports_the_build_and_the_check():
     if devices.list_devices()[1:]:
         assert "GPU check: OK" in out.stdout
         return
-    if devices.nvidia_smi_gpus():
+    if machine.nvidia_smi_gpus():
         assert "Diagnosis" in out.stdout
     else:  # a machine with no GPU at all is told so, not sent to set one up
         assert "no NVIDIA GPU on this machine" in out.stdout and "GPU=1" not in out.stdout
     strict = subprocess.run([PYTHON, "-m", "gpubench", "doctor", "--gpu"],
                             capture_output=True, text=True, cwd=REPO, timeout=300)
     assert strict.returncode == 1
+
+
+def test_the_diagnosis_loads_only_when_a_gpu_is_missing(tmp_path):
+    """A CPU chapter's device choices load no diagnosis text; a GPU asked for and missing does."""
+    code = ("import sys; from gpubench import devices\n"
+            "devices.resolve('cpu'); devices.list_devices()\n"
+            "print('gpubench.backends.diagnosis' in sys.modules)\n"
+            "try:\n    devices.resolve('gpu')\nexcept devices.GPUNotAvailableError:\n"
+            "    print('gpubench.backends.diagnosis' in sys.modules)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env={**os.environ, "PATH": str(tmp_path)})  # no nvidia-smi
+    assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+
+
+def test_load_average_is_a_number_or_none(monkeypatch):
+    assert isinstance(machine.load_average(), float)
+
+    def unavailable():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", unavailable)
+    assert machine.load_average() is None

@@ -112,7 +112,7 @@ def test_quick_profile_only_overrides_what_it_names():
         quick, full = params.DEFAULTS["quick"][nb], params.DEFAULTS["full"][nb]
         assert list(quick) == list(full) == [n for n in params.parameter_names(nb)
                                              if n not in params.COMMON]
-        assert {k for k in full if quick[k] != full[k]} <= set(params._QUICK[nb])
+        assert {k for k in full if quick[k] != full[k]} <= set(params.QUICK[nb])
         assert quick["epochs" if "epochs" in quick else "repeats"] < \
             full["epochs" if "epochs" in full else "repeats"]
 
@@ -132,7 +132,7 @@ def _disagreements(cells: dict[str, dict], quick: dict[str, dict]) -> list[str]:
     for nb, cell in cells.items():
         found += [f"{nb}: {name} = {default!r} has no rule in params"
                   for name, default in cell.items() if _needs_rule(default)
-                  and not params.has_rule(name)]
+                  and name not in params.RULED]
         found += [f"{nb} does not declare {name} (COMMON)" for name in params.COMMON
                   if name not in cell]
         found += [f"_QUICK[{nb!r}] changes {name}, which {nb}'s cell does not declare"
@@ -143,14 +143,15 @@ def _disagreements(cells: dict[str, dict], quick: dict[str, dict]) -> list[str]:
             except ParameterError as exc:
                 found.append(f"{nb}: {name} = {value!r} breaks its rule: {exc}")
     declared = {name for cell in cells.values() for name in cell}
-    found += [f"{kind} names {name}, which no parameters cell declares"
-              for kind, names in params.rule_names().items() for name in sorted(names - declared)]
+    kinds = set(params.LISTS_OF.values()) - set(params.LISTS_OF)  # item kinds, not parameters
+    found += [f"a rule names {name}, which no parameters cell declares"
+              for name in sorted(set(params.RULED) - declared - kinds)]
     return found + [f"_QUICK names {nb}, not a notebook" for nb in quick if nb not in cells]
 
 
 def test_every_parameters_cell_and_the_rules_agree():
     cells = {nb: params.declared(nb) for nb in params.NOTEBOOKS}
-    assert _disagreements(cells, params._QUICK) == []
+    assert _disagreements(cells, params.QUICK) == []
     for nb in params.NOTEBOOKS:  # and a notebook's own rules (Speed_Factors: epochs >= 2)
         for profile in params.PROFILES:
             params.check_params(nb, params.DEFAULTS[profile][nb])
@@ -165,7 +166,7 @@ def test_a_cell_and_rules_that_disagree_are_found():
     cells["Mnist_CNN"]["shuffle"] = True  # a bool needs no rule
     cells["Mnist_CNN"]["xla"] = "sometimes"
     del cells["Multi_GPU_Scaling"]["virtual_devices"], cells["performanceTest"]["env_name"]
-    quick = {**params._QUICK, "Keras_Cifar_CNN": {"epochs": 0, "epoch": 2}}
+    quick = {**params.QUICK, "Keras_Cifar_CNN": {"epochs": 0, "epoch": 2}}
     assert sorted(_disagreements(cells, quick)) == sorted([
         "Mnist_CNN: optimizer = 'adam' has no rule in params",
         "Mnist_CNN: seed = 1 has no rule in params",
@@ -174,29 +175,56 @@ def test_a_cell_and_rules_that_disagree_are_found():
         "Keras_Cifar_CNN: epochs = 0 breaks its rule: epochs must be a positive integer, got 0",
         "performanceTest does not declare env_name (COMMON)",
         "_QUICK['Keras_Cifar_CNN'] changes epoch, which Keras_Cifar_CNN's cell does not declare",
-        "_POSITIVE names virtual_devices, which no parameters cell declares"])
+        "a rule names virtual_devices, which no parameters cell declares"])
 
 
-def test_a_broken_parameters_cell_is_one_line_naming_the_file(tmp_path, monkeypatch):
+def test_a_broken_parameters_cell_is_one_line_naming_the_file(tmp_path):
+    """The runner reads the .ipynb it is about to run, by path (`declared_in`)."""
     def cell(source: str) -> str:
         return json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]},
                                       "source": source}]})
 
-    monkeypatch.setattr(params, "notebooks_dir", lambda: tmp_path)
+    path = tmp_path / "Mnist_CNN.ipynb"
     for source, message in [("epochs = 15\nsizes = list(range(5))\n", "line 2: write NAME = "),
                             ("epochs = \n", "SyntaxError"), (None, "No such file")]:
-        params.declared.cache_clear()
         if source is not None:
-            (tmp_path / "Mnist_CNN.ipynb").write_text(cell(source))
+            path.write_text(cell(source))
         else:
-            (tmp_path / "Mnist_CNN.ipynb").unlink()
+            path.unlink()
         with pytest.raises(ParameterError, match=message) as info:
-            params.parameter_names("Mnist_CNN")
-        assert str(tmp_path / "Mnist_CNN.ipynb") in str(info.value)
-    (tmp_path / "Mnist_CNN.ipynb").write_text(cell("profile = None\nepochs = 2\n"))
-    params.declared.cache_clear()
-    assert params.declared("Mnist_CNN") == {"profile": None, "epochs": 2}
-    params.declared.cache_clear()
+            params.declared_in(path)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+    path.write_text(cell("profile = None\nepochs = 2\n"))
+    assert params.declared_in(path) == {"profile": None, "epochs": 2}
+    assert params.declared_in(NOTEBOOKS / "Mnist_CNN.ipynb") == params.declared("Mnist_CNN")
+
+
+def test_check_params_takes_the_cell_that_will_run():
+    """A copied notebook's own name passes, by its cell; the book's names keep their rules."""
+    copied = {**params.declared("Mnist_MLP_h1000"), "run_note": "none"}
+    assert params.check_params("Mnist_MLP_h1000", {"run_note": "tried", "epochs": 3}, copied) \
+        == {"run_note": "tried", "epochs": 3}
+    with pytest.raises(ParameterError, match="epochs must be a positive integer, got 0"):
+        params.check_params("Mnist_MLP_h1000", {"epochs": 0}, copied)
+    with pytest.raises(ParameterError, match="unknown parameter.*run_note"):
+        params.check_params("Mnist_MLP_h1000", {"run_note": "tried"})
+
+
+COUNTS = ("repeats", "epochs", "batch_size", "sizes", "replicas", "per_replica_batch_size",
+          "max_train_samples", "virtual_devices", "steps_per_execution", "batch_sizes")
+
+
+@pytest.mark.parametrize("name", COUNTS)
+def test_every_count_has_an_upper_bound_refused_in_one_line(name):
+    bound = params.LIMITS[name]
+    listed = name in params.INT_LISTS
+    assert params.check_value(name, bound) == ([bound] if listed else bound)
+    for too_many in (bound + 1, 10**23):
+        with pytest.raises(ParameterError) as info:
+            params.check_value(name, str(too_many) if listed else too_many)
+        message = str(info.value)
+        assert message == (f"{name}={too_many!r} is above {bound:,}, the most gpubench takes (no "
+                           f"machine would finish it); use at most {bound:,}")
 
 
 def test_environment_variables_fill_what_is_none(monkeypatch, tmp_path):
@@ -244,13 +272,17 @@ def test_injected_names_are_read_from_papermills_cell():
 
 def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path):
     path = tmp_path / "results.jsonl"
-    values = _kernel_globals("epochs = 15\n", "# Parameters\nepoch = 2\n", epochs=15, epoch=2,
+    cell = "".join(f"{k} = {v!r}\n" for k, v in params.declared("Mnist_MLP_h1000").items())
+    values = _kernel_globals(cell, "# Parameters\nepoch = 2\n", epochs=15, epoch=2,
                              results_path=str(path), model="not a parameter of this notebook")
     with pytest.raises(ParameterError) as info:
         chapter.start("Mnist_MLP_h1000", values)
     message = str(info.value)
     assert "epoch passed to Mnist_MLP_h1000" in message and "model" not in message
-    assert f"it takes {', '.join(params.parameter_names('Mnist_MLP_h1000'))}" in message
+    own = [n for n in params.parameter_names("Mnist_MLP_h1000") if n not in params.COMMON]
+    # the runner's names are not offered as settable: papermill may set them, `-p` may not
+    assert message.endswith(f"it takes {', '.join(own)} (and profile, results_path, env_name, "
+                            "which `gpubench run` sets itself)")
     assert not path.exists()
 
 

@@ -1,40 +1,68 @@
 """The seam: everything that differs between Keras backends lives below this package.
 
-`current()` returns the module of the backend Keras runs on (`tensorflow`, `jax`, `torch`); each
-such module offers the same functions (see `tensorflow.py` for the list). Nothing outside
-`gpubench/backends/` imports TensorFlow, JAX or PyTorch. A third backend is one more module here.
-
-Which backend: Keras's own rule (KERAS_BACKEND, else ~/.keras/keras.json, else TensorFlow),
-read by `requested()` before Keras loads, so a bad name fails before anything heavy runs.
+`current()` is the module of the backend Keras runs on (`tensorflow`, `jax`, `torch`); each
+offers the same functions (`tensorflow.py` lists them). The env names and the backends' titles
+live here once. Keras's own rule picks the backend (KERAS_BACKEND, else ~/.keras/keras.json,
+else TensorFlow), read by `requested()` before Keras loads.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import os
+import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
 SUPPORTED = ("tensorflow", "jax", "torch")
-# Keras backends gpubench knows of but does not support yet, with what to do instead.
-NOT_YET = {"numpy": "numpy cannot train",
-           "openvino": "OpenVINO cannot train"}
+NOT_YET = {"numpy": "numpy cannot train", "openvino": "OpenVINO cannot train"}
 BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
-
-def backend_title(name: str) -> str:
-    """A backend's name as people write it ("TensorFlow", "JAX")."""
-    return BACKEND_TITLES.get(name, name)
-
-
+COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}  # what compiling is
 # Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
 LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
+KERNEL_PREFIX = "gpubench-"
+
+
+def backend_title(name: str) -> str:
+    """A backend's name as people write it ("TensorFlow", "JAX", "PyTorch")."""
+    return BACKEND_TITLES.get(name, name)
 
 
 def env_label(backend: str, gpu: bool) -> str:
     """The env label of `backend` with or without a GPU: "cpu", "gpu", "jax-cpu", "torch-gpu"."""
     return LABEL_PREFIX[backend] + ("gpu" if gpu else "cpu")
+
+
+ENVS = tuple(env_label(b, gpu) for b in SUPPORTED for gpu in (False, True))
+
+
+def env_backend(env: str) -> str:
+    """The backend env `env` runs: "jax" for jax-..., "torch" for torch-..., else "tensorflow"."""
+    return next((name for name, prefix in LABEL_PREFIX.items()
+                 if prefix and env.startswith(prefix)), "tensorflow")
+
+
+def is_gpu_env(env: str) -> bool:
+    """Whether env `env` is meant to use a GPU: gpu, jax-gpu, torch-gpu, and variants gpu-..."""
+    kind = env.removeprefix(LABEL_PREFIX[env_backend(env)])
+    return kind == "gpu" or kind.startswith("gpu-")
+
+
+def kernel_name(env: str) -> str:
+    """The Jupyter kernel of env `env` ("cpu" -> "gpubench-cpu")."""
+    return KERNEL_PREFIX + env
+
+
+def no_gpu_hint(backend: str) -> str:
+    """What a chapter says when `backend` sees no GPU: where to see one, how to get one here."""
+    return (f"No GPU is visible to {backend_title(backend)} here. What an NVIDIA H200 gives: "
+            "reference/h200-jax/report.md in the gpubench repository (or `gpubench report "
+            "<your run dir> reference/h200-jax`, beside your own run); what a GPU here would "
+            "need: `gpubench doctor --gpu`.")
 
 
 class BackendError(ValueError):
@@ -54,16 +82,45 @@ class PlatformError(RuntimeError):
 
 
 def prepare_environment() -> None:
-    """Set, before any framework loads, what must hold in every env (a user's own setting wins):
-    TensorFlow's C++ info logs off, and JAX's grab of 75 % of GPU memory off (it allocates as
-    needed, as TensorFlow does with memory growth)."""
+    """Before any framework loads (a user's own setting wins): TensorFlow's C++ info logs off,
+    and JAX's grab of 75 % of GPU memory off."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+def quiet_import(name: str) -> ModuleType:
+    """Import module `name` with what it writes on file descriptor 2 dropped (TensorFlow's
+    absl/oneDNN lines), unless the import fails: then it is shown with the error."""
+    if name in sys.modules:
+        return sys.modules[name]
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            return importlib.import_module(name)
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def quiet_lazy_tensorflow() -> None:
+    """Where TensorFlow is installed beside JAX or PyTorch, Keras imports it on first use (for
+    tf.data): make that import quiet too."""
+    from keras.src.utils import module_utils  # noqa: PLC0415 - Keras is loaded by now
+
+    lazy = module_utils.tensorflow
+    if lazy.module is None and importlib.util.find_spec("tensorflow") is not None:
+        lazy.initialize = lambda: setattr(lazy, "module", quiet_import("tensorflow"))
+
+
 def requested() -> str:
-    """The backend Keras will load, by Keras's rule (which strips no spaces), checked:
-    BackendError for one not supported."""
+    """The backend Keras will load, by Keras's rule (which strips no spaces), checked."""
     name = os.environ.get("KERAS_BACKEND", "")
     if not name:
         config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
@@ -96,15 +153,13 @@ def keras() -> ModuleType:
 
 @functools.cache
 def current() -> ModuleType:
-    """The backend module Keras runs on (loads Keras); BackendError for an unsupported one."""
+    """The backend module Keras runs on (loads Keras)."""
     return module(check_name(keras().backend.backend()))
 
 
 def is_oom(exc: BaseException) -> bool:
     """Whether `exc` means the device (or the host) ran out of memory: one rule, every backend."""
-    if isinstance(exc, MemoryError):
-        return True
-    return current().is_oom(exc)
+    return isinstance(exc, MemoryError) or current().is_oom(exc)
 
 
 def failure(exc: BaseException) -> tuple[str, str]:
@@ -112,30 +167,3 @@ def failure(exc: BaseException) -> tuple[str, str]:
     text = str(exc).strip()
     return ("oom" if is_oom(exc) else "error",
             f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)
-
-
-def machine_cause(smi: list[str] | None, smi_present: bool, title: str,
-                  version: str) -> tuple[str, str] | None:
-    """(why, fix) when the machine keeps the GPU from framework `title` (its `version`): a driver
-    that fails, or no NVIDIA GPU (`smi`: `nvidia-smi -L`'s GPU lines, None: it failed); None
-    when nvidia-smi lists a GPU. Every backend's `diagnose` asks this first."""
-    if smi is None and smi_present:
-        return (f"`nvidia-smi -L` fails: the NVIDIA driver is missing or not working, so "
-                f"{title} {version} cannot see a GPU.",
-                "reinstall the NVIDIA driver until `nvidia-smi -L` lists your GPU (on WSL2, "
-                "install the driver on Windows, not inside Linux).")
-    if not smi:
-        found = "not found" if smi is None else "lists none"
-        return (f"no NVIDIA GPU on this machine (nvidia-smi {found}); {title} runs on the CPU.",
-                "nothing to fix for CPU runs. If the machine does have an NVIDIA GPU, install its "
-                "driver until `nvidia-smi -L` lists it (on WSL2: the driver on Windows).")
-    return None
-
-
-def hidden_cause(title: str) -> tuple[str, str] | None:
-    """(why, fix) when CUDA_VISIBLE_DEVICES hides every GPU from framework `title`, else None."""
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if hidden is None or hidden.strip() not in ("", "-1"):
-        return None
-    return (f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from {title}.",
-            "`unset CUDA_VISIBLE_DEVICES` (or set it to the GPU index you want).")

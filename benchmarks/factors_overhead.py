@@ -56,9 +56,7 @@ def overhead(data, split, rounds: int, epochs: int) -> None:
 
 def backend_grid() -> dict:
     """GRID as this backend can run it (`gpubench.factors.for_backend`), its notes printed."""
-    grid, notes = gb.factors.for_backend(GRID, gb.backends.current().NAME,
-                                         gb.factors.feeds().tf_data_available(),
-                                         drop_tf_data=True)
+    grid, notes = gb.factors.for_backend(GRID, drop_tf_data=True)  # for this backend
     for note in notes:
         print(note)
     return grid
@@ -89,8 +87,8 @@ def hand_rate(split, settings: dict, epochs: int) -> float:
     clock = epoch_clock()
     b = settings["batch_size"]
     if settings["input_pipeline"] == "tf.data":
-        # The same pipeline as gpubench's (shuffled, batched, prefetched), from the backend seam.
-        ds = gb.factors.feeds().make_dataset(split.x_train, split.y_train, b)
+        # The same pipeline as gpubench's (shuffled, batched, prefetched).
+        ds = gb.factors.trainer.tf_dataset(split.x_train, split.y_train, b)
         model.fit(ds, epochs=epochs, callbacks=[clock], verbose=0, shuffle=False)  # ds shuffles
     else:
         model.fit(split.x_train, split.y_train, batch_size=b, epochs=epochs, callbacks=[clock],

@@ -132,6 +132,7 @@ class FakeGPU:
     memory_used_bytes: Figure = 2 * 2**30
     memory_total_bytes: int = 80 * 2**30
     sm_clock_mhz: Figure = 1_500
+    max_sm_clock_mhz: int | None = 1_980  # the top SM clock; None: NotSupported
     power_mw: Figure = 250_000
     energy_mj: Figure | None = None  # None: the integral of power_mw from time 0
     energy_counter: bool = True  # False: the counter raises NotSupported (before Volta)
@@ -168,11 +169,13 @@ class FakeNVML(types.ModuleType):
 
     def __init__(self, gpus: list[FakeGPU] | None = None, clock: FakeClock | None = None,
                  init_error: int | None = None, event_reasons_api: bool = True,
-                 hang_after: int | None = None, hang_seconds: float = 10.0) -> None:
-        """`hang_after`: every call after that many answers only after `hang_seconds` (real
-        time), or at once when `release` is set. `calls` counts the calls by thread id."""
+                 hang_after: int | None = None, hang_seconds: float = 10.0,
+                 hang_on: str | None = None) -> None:
+        """`hang_after`: every call after that many (and every call of the function named
+        `hang_on`) answers only after `hang_seconds` (real time), or at once when `release` is
+        set. `calls` counts the calls by thread id."""
         super().__init__("pynvml")
-        self.hang_after, self.hang_seconds = hang_after, hang_seconds
+        self.hang_after, self.hang_seconds, self.hang_on = hang_after, hang_seconds, hang_on
         self.release = threading.Event()
         self.calls: collections.Counter = collections.Counter()
         for name, value in globals().items():
@@ -198,7 +201,8 @@ class FakeNVML(types.ModuleType):
     def _call(self, function: Callable, *args: Any) -> Any:
         """Count the call by thread; past `hang_after` calls, hang first (a stuck driver)."""
         self.calls[threading.get_ident()] += 1
-        if self.hang_after is not None and sum(self.calls.values()) > self.hang_after:
+        if (self.hang_after is not None and sum(self.calls.values()) > self.hang_after
+                or function.__name__ == self.hang_on):
             self.release.wait(self.hang_seconds)
         return function(*args)
 
@@ -251,6 +255,12 @@ class FakeNVML(types.ModuleType):
         if clock_type != NVML_CLOCK_SM:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return whole(gpu.read(gpu.sm_clock_mhz, self.clock.now))
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: _Handle, clock_type: int) -> int:
+        gpu = self._gpu(handle)
+        if clock_type != NVML_CLOCK_SM or gpu.max_sm_clock_mhz is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu.max_sm_clock_mhz
 
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)

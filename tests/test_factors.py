@@ -10,10 +10,9 @@ import sys
 
 import pytest
 
-from gpubench import factors, results, telemetry
+from gpubench import backends, factors, results
 from gpubench.factors import measure
 from gpubench.factors import trainer as factor_trainer
-from gpubench.report import telemetry as telemetry_text
 
 
 def _record(device="cpu", factor="baseline", seconds=(9.0, 1.0, 1.0, 1.0), *, env="cpu",
@@ -40,6 +39,11 @@ def _report():
     """gpubench.report.factors, the tables and text written from these numbers (the submodule
     itself, imported by the tests that read it)."""
     return importlib.import_module("gpubench.report.factors")
+
+
+def _report_telemetry():
+    """gpubench.report.telemetry (the report's GPU busy rule), imported by the tests that read it."""
+    return importlib.import_module("gpubench.report.telemetry")
 
 
 def _effect(rows, device, factor):
@@ -116,7 +120,7 @@ def test_time_boxed_record_rates_use_the_steps_measured():
 def test_the_table_shows_each_variants_gpu_busy_share():
     report = _report()
 
-    busy = dict(telemetry.unmeasured(None), source="nvml", gpu_util_percent_mean=23.4)
+    busy = dict(results.unmeasured(None), source="nvml", gpu_util_percent_mean=23.4)
     rows = factors.effects([_record("gpu:0", env="gpu"),
                             _record("gpu:0", "input_pipeline", (9, 0.5, 0.5, 0.5), env="gpu",
                                     input_pipeline="on_device", telemetry=busy,
@@ -175,21 +179,22 @@ def test_findings_name_what_matters():
     assert "no clear effect: XLA on" in text
 
 
-def _trainer(factor, seconds, probe_seconds=1.0, boxed=None, **settings):
-    """A measured variant (no model): 1000 images per round, the given round seconds."""
+def _trainer(factor, seconds, probe_seconds=1.0, boxed=None, kind=factors.Trainer, **settings):
+    """A measured variant (no model) of class `kind`: 1000 images per round, these seconds."""
     variant = factors.Variant(factor, **settings)
-    return factor_trainer.Trainer(variant, "cpu", None, [0] * 1000, None,
-                                  round_seconds=list(seconds),
-                                  probe_step_seconds=probe_seconds, boxed_steps=boxed)
+    return kind(variant, "cpu", None, [0] * 1000, None, round_seconds=list(seconds),
+                probe_step_seconds=probe_seconds, boxed_steps=boxed)
 
 
 @pytest.mark.parametrize("second_probe, boxed", [(0.02, None), (0.25, 4), (5.0, 1)])
-def test_a_variant_is_time_boxed_only_when_a_second_probe_agrees(monkeypatch, second_probe, boxed):
-    monkeypatch.setattr(factor_trainer, "probe", lambda t: setattr(
-        t, "probe_step_seconds", min(t.probe_step_seconds, second_probe)))
-    slow = _trainer("precision", (), probe_seconds=1.0, precision="mixed_float16")
+def test_a_variant_is_time_boxed_only_when_a_second_probe_agrees(second_probe, boxed):
+    class Reprobed(factors.Trainer):
+        def probe(self):  # the second probe finds `second_probe` s a step
+            self.probe_step_seconds = min(self.probe_step_seconds, second_probe)
+
+    slow = _trainer("precision", (), probe_seconds=1.0, precision="mixed_float16", kind=Reprobed)
     slow.steps_per_epoch = 50  # 50 s projected against a 1 s baseline epoch
-    factor_trainer.decide_box(slow, baseline_epoch=1.0)
+    slow.decide_box(baseline_epoch=1.0)
     assert slow.boxed_steps == boxed  # steps that last about one baseline epoch (the faster probe)
 
 
@@ -217,9 +222,15 @@ def test_the_combination_is_compared_with_the_baseline_rounds_it_ran_beside():
                        paired_baseline_seconds=[9, 2.0, 2.0, 2.0])
     rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
     assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(4.0)
+    # what the report needs to say so: its own baseline's rounds, at 500 images/s
+    assert _effect(rows, "cpu", "combined")["paired_baseline"] is True
+    assert _effect(rows, "cpu", "combined")["baseline_samples_per_second"] == pytest.approx(500)
+    assert _effect(rows, "cpu", "baseline")["paired_baseline"] is False
     del combined["paired_baseline_seconds"]  # a schema-2 record from before: the first baseline
     rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
     assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(2.0)
+    assert _effect(rows, "cpu", "combined")["paired_baseline"] is False
+    assert _effect(rows, "cpu", "combined")["baseline_samples_per_second"] == pytest.approx(1000)
 
 
 def test_findings_say_when_the_combination_is_slower_than_one_factor_alone():
@@ -270,19 +281,20 @@ def test_factors_module_loads_no_tensorflow():
 
 
 @pytest.mark.slow  # trains or starts a Python: in `make test`, not in `make check`
-def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
+def test_measured_variants_make_complete_records(tmp_path):
     from gpubench import data
 
-    # Box the precision variant whatever its speed, to exercise the time-boxed path.
-    def box(trainer, baseline_epoch):
-        if trainer.variant.factor == "precision":
-            trainer.boxed_steps = 2
-    monkeypatch.setattr(measure, "decide_box", box)  # where `_rounds` looks it up
+    class BoxPrecision(factors.Trainer):  # the precision variant boxed whatever its speed
+        def decide_box(self, baseline_epoch):
+            if self.variant.factor == "precision":
+                self.boxed_steps = 2
+
     store = results.ResultsStore(tmp_path / "r.jsonl")
     dataset = data.load("mnist", source="synthetic", max_train_samples=660, verbose=False)
     values = {"batch_size": [50], "precision": ["mixed_bfloat16"], "xla": ["on"],
               "steps_per_execution": [4], "input_pipeline": ["tf.data", "on_device"]}
-    records = factors.run("mlp_h1000", dataset, ["cpu"], values, epochs=2, store=store, env="t")
+    records = factors.run("mlp_h1000", dataset, ["cpu"], values, epochs=2, store=store, env="t",
+                          trainer=BoxPrecision)
     assert [r["factor"] for r in records] == ["baseline", "batch_size", "precision", "xla",
                                               "steps_per_execution", "input_pipeline",
                                               "input_pipeline", "combined"]
@@ -307,16 +319,15 @@ def test_measured_variants_make_complete_records(tmp_path, monkeypatch):
             assert 0 <= r["test_accuracy"] <= 1
 
 
-def _on_device_trainer():
-    """(A built on_device trainer, steps/exec 4, batch 100 on 605 images: 6 full batches;
-    its split)."""
+def _on_device_trainer(steps_per_execution=4):
+    """(A built on_device trainer, batch 100 on 605 images: 6 full batches; its split)."""
     from gpubench import data, training
 
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                   max_train_samples=660, verbose=False))
-    variant = factors.Variant("combined", batch_size=100, steps_per_execution=4,
+    variant = factors.Variant("combined", batch_size=100, steps_per_execution=steps_per_execution,
                               input_pipeline="on_device")
-    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)
     assert trainer.status == "ok", trainer.error
     return trainer, split
 
@@ -327,7 +338,7 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
     trainer.timed(None)  # one epoch, the last 5 images in a batch of their own
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     trainer.timed(3)
 
@@ -373,7 +384,7 @@ def _on_device_gpu_trainer(clock, round_seconds=0.125):
     def rounds(steps):
         trainer.calls += 1
         clock.now += round_seconds
-    trainer.on_device = rounds
+    trainer.feed = rounds
     return trainer
 
 
@@ -400,57 +411,62 @@ def test_a_busy_region_that_runs_out_of_rounds_says_so(fake_gpu):
     assert region["gpu_util_percent_mean"] is None and "lead-in" in region["reason"]
 
 
-def _measured(device, seconds, source="nvml"):
+def _measured(device, seconds, source="nvml", kind=factors.Trainer):
     """A measured variant on `device` whose rounds NVML read (`source`) or not (None)."""
-    trainer = _trainer("batch_size", seconds, batch_size=1024)
+    trainer = _trainer("batch_size", seconds, batch_size=1024, kind=kind)
     trainer.device = device
-    trainer.round_telemetry = [dict(telemetry.unmeasured(None), source=source)] * len(seconds)
+    trainer.round_telemetry = [dict(results.unmeasured(None), source=source)] * len(seconds)
     return trainer
 
 
-def test_the_busy_region_runs_only_on_a_gpu_for_rounds_too_short(monkeypatch):
+def test_the_busy_region_runs_only_on_a_gpu_for_rounds_too_short():
     ran = []
-    monkeypatch.setattr(factor_trainer.Trainer, "measure_busy_region", lambda t: ran.append(t)
-                        or dict(telemetry.unmeasured(None), source="nvml", seconds=2.1,
-                                gpu_util_percent_mean=55.0))
-    cpu = _measured("cpu", (3.0, 0.1, 0.1), source=None)
-    short = _measured("gpu:0", (3.0, 0.1, 0.1))
-    long = _measured("gpu:0", (3.0, 2.5, 2.4))
-    no_nvml = _measured("gpu:0", (3.0, 0.1, 0.1), source=None)
-    failed = _measured("gpu:0", (3.0, 0.1, 0.1))
+
+    class Measured(factors.Trainer):
+        def measure_busy_region(self):
+            ran.append(self)
+            return dict(results.unmeasured(None), source="nvml", seconds=2.1,
+                        gpu_util_percent_mean=55.0)
+
+    cpu = _measured("cpu", (3.0, 0.1, 0.1), source=None, kind=Measured)
+    short = _measured("gpu:0", (3.0, 0.1, 0.1), kind=Measured)
+    long = _measured("gpu:0", (3.0, 2.5, 2.4), kind=Measured)
+    no_nvml = _measured("gpu:0", (3.0, 0.1, 0.1), source=None, kind=Measured)
+    failed = _measured("gpu:0", (3.0, 0.1, 0.1), kind=Measured)
     failed.status = "oom"
     said = []
-    measure._busy_regions([cpu, short, long, no_nvml, failed], "gpu:0", said.append)
+    measure.busy_regions([cpu, short, long, no_nvml, failed], said.append)
     assert ran == [short] and short.busy_region["gpu_util_percent_mean"] == 55.0
     assert [t.busy_region for t in (cpu, long, no_nvml, failed)] == [None] * 4
     assert said == ["gpu:0: batch 1024: GPU busy 55 % over 2.1 s of its rounds back to back "
                     "(a round: 0.10 s, under 2 s)"]
 
 
-def test_a_failed_busy_region_keeps_the_rounds_and_says_why(monkeypatch):
-    def oom(trainer):
-        raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
-    monkeypatch.setattr(factor_trainer.Trainer, "measure_busy_region", oom)
-    short = _measured("gpu:0", (3.0, 0.1, 0.1))
+def test_a_failed_busy_region_keeps_the_rounds_and_says_why():
+    class OutOfMemory(factors.Trainer):
+        def measure_busy_region(self):
+            raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
+
+    short = _measured("gpu:0", (3.0, 0.1, 0.1), kind=OutOfMemory)
     said = []
-    measure._busy_regions([short], "gpu:0", said.append)
+    measure.busy_regions([short], said.append)
     assert short.status == "ok" and short.round_seconds == [3.0, 0.1, 0.1]
     assert short.busy_region["gpu_util_percent_mean"] is None
     assert "the busy region failed" in said[0] and "out of memory" in said[0]
 
 
 def test_a_variants_gpu_busy_is_its_regions_else_the_median_of_its_steady_rounds():
-    region = dict(telemetry.unmeasured(None), source="nvml", seconds=2.05,
+    region = dict(results.unmeasured(None), source="nvml", seconds=2.05,
                   gpu_util_percent_mean=61.0)
     short = _record("gpu:0", "combined", (3.3, 0.005, 0.005), env="jax-gpu", busy_region=region,
                     epoch_gpu_util_percent=[0.2, None, None])
     assert short["busy_region"] == region  # a field of the schema, kept in the record
-    assert telemetry_text.gpu_busy(short) == (61.0, False)
+    assert _report_telemetry().gpu_busy(short) == (61.0, False)
     rounds = _record("gpu:0", "batch_size", (4.2, 2.3, 2.7, 2.5), env="jax-gpu", batch_size=32,
                      epoch_gpu_util_percent=[0.5, 3.5, 3.0, 3.2])
     assert rounds["busy_region"] is None
-    assert telemetry_text.gpu_busy(rounds) == (3.2, False)  # round 1 (compiling) left out
-    assert telemetry_text.gpu_busy(_record()) == (None, False)  # a CPU: no figure, no guess
+    assert _report_telemetry().gpu_busy(rounds) == (3.2, False)  # round 1 (compiling) left out
+    assert _report_telemetry().gpu_busy(_record()) == (None, False)  # a CPU: no figure, no guess
 
 
 def test_the_chapter_runs_each_missing_gpu_peak_once_and_reuses_a_stored_one(tmp_path, fake_gpu,
@@ -490,7 +506,7 @@ def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fak
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                   max_train_samples=660, verbose=False))
     variant = factors.Variant("batch_size", batch_size=200)
-    trainer = factor_trainer.make_trainer(variant, "mlp_h1000", "gpu:0", split, None)
+    trainer = factors.Trainer.build(variant, "mlp_h1000", "gpu:0", split, None)
     trainer.round_seconds = [1.0, 0.01, 0.01]  # as if its rounds were far too short for NVML
     fits = []
     fit = trainer.model.fit
@@ -502,6 +518,27 @@ def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fak
     # It stopped once long enough: the optimizer took far fewer steps than the epochs allowed.
     steps = int(trainer.model.optimizer.iterations.numpy())
     assert steps < fits[0] * trainer.steps_per_epoch
+
+
+@pytest.mark.slow  # trains: in `make test`, not in `make check`
+def test_a_gpu_variant_with_no_busy_figure_records_its_steady_rounds_and_why(fake_gpu,
+                                                                           monkeypatch):
+    from gpubench import data, telemetry, training
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML cannot be asked: no busy region
+    dataset = data.load("mnist", source="synthetic", max_train_samples=660, verbose=False)
+    split = training.split("mlp_h1000", dataset)
+    trainer = factors.Trainer.prepared(factors.Variant("batch_size", batch_size=200),
+                                       "mlp_h1000", "gpu:0", split)
+    measure.rounds([trainer], 3, trainer.projected_epoch(), lambda text: None)
+    measure.busy_regions([trainer], lambda text: None)
+    made = measure.record(trainer, split, data=dataset, model_name="mlp_h1000", epochs=3,
+                          env="gpu", notebook="Speed_Factors")
+    busy = made["busy_region"]  # not the run's mean: epoch 1 (compiling) left out, and why
+    assert busy["gpu_util_percent_mean"] is None and busy["reason"] == telemetry.NO_PYNVML
+    assert busy["samples"] < made["telemetry"]["samples"] and made["status"] == "ok"
+    assert measure.record(trainer, split, data=dataset, model_name="mlp_h1000", epochs=3,
+                          env="gpu", notebook="Speed_Factors")["busy_region"] == busy
 
 
 # --- backends: what each backend runs (pure), and the JAX feeds (in the JAX env) ----------
@@ -530,7 +567,7 @@ def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
 
     defaults = DEFAULTS["full"]["Speed_Factors"]
     params = {name: defaults[name] for name in factors.LIST_PARAMS}
-    monkeypatch.setattr(factors.feeds(), "tf_data_available", lambda: False)
+    monkeypatch.setattr(backends.current(), "tensorflow_importable", lambda: False)
     kept, notes = factors.chapter_values(params)
     assert "tf.data" not in kept["input_pipeline"] and "on_device" in kept["input_pipeline"]
     assert any("tf.data" in n for n in notes)
@@ -541,7 +578,7 @@ def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
 def test_run_refuses_tf_data_where_tensorflow_cannot_be_imported(monkeypatch):
     from gpubench import data
 
-    monkeypatch.setattr(factors.feeds(), "tf_data_available", lambda: False)
+    monkeypatch.setattr(backends.current(), "tensorflow_importable", lambda: False)
     dataset = data.load("mnist", source="synthetic", max_train_samples=60, verbose=False)
     with pytest.raises(ValueError, match=r"tf.data.*pip install tensorflow-cpu"):
         factors.run("mlp_h1000", dataset, ["cpu"], {"input_pipeline": ["tf.data"]}, epochs=2)
@@ -604,8 +641,26 @@ def test_jax_on_device_feed_trains_the_models_own_variables():
     assert int(trainer.model.optimizer.iterations.value) == iterations + 20
     assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
     variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factor_trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
     assert trainer.status == "ok", trainer.error
     iterations = int(trainer.model.optimizer.iterations.value)
     trainer.timed(3)
     assert int(trainer.model.optimizer.iterations.value) == iterations + 3
+
+
+@pytest.mark.torch
+def test_torch_on_device_feed_trains_the_models_own_variables():
+    from gpubench import backends
+
+    assert backends.current().NAME == "torch", "run this test with KERAS_BACKEND=torch"
+    trainer, split = _on_device_trainer(steps_per_execution=1)  # Keras's torch trainer: 1 only
+    before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
+    iterations = int(trainer.model.optimizer.iterations.value)
+    trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 13
+    trainer.timed(None)  # one epoch: 6 steps of 100, then the last 5 images
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 20
+    assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
+    with pytest.raises(ValueError, match="steps_per_execution=1"):
+        factors.feeds().on_device_feed(trainer.model, split.x_train, split.y_train, 100, 4,
+                                       False, "cpu")

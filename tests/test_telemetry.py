@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -16,12 +17,15 @@ from fake_pynvml import (
     FakeGPU,
     FakeNVML,
 )
-from gpubench import fmt, telemetry
-from gpubench.report import telemetry as telemetry_text
+from gpubench import fmt, results, telemetry, timing
 from gpubench.telemetry import Monitor
-from gpubench.telemetry import monitor as monitor_module
 
 HOUR = 3600.0  # an interval the sampler thread never reaches: the test takes the samples
+
+
+def telemetry_text():
+    """gpubench.report.telemetry, the telemetry in words (imported by the tests that read it)."""
+    return importlib.import_module("gpubench.report.telemetry")
 
 
 class CPUClock:
@@ -44,14 +48,14 @@ def region(fake: FakeNVML, device: str = "gpu:0", seconds: float = 1.0, steps: i
     monitor.start()
     for _ in range(steps - 1):
         fake.clock.advance(seconds / steps)
-        monitor._sample()  # what the thread does every interval
+        monitor.sample()  # what the thread does every interval
     fake.clock.advance(seconds / steps)
     return monitor.stop()
 
 
 def test_result_has_every_field_of_the_record():
     result = region(FakeNVML())
-    assert set(result) == set(telemetry.FIELDS) == set(telemetry.unmeasured("x"))
+    assert set(result) == set(results.TELEMETRY_FIELDS) == set(results.unmeasured("x"))
 
 
 def test_counter_path_gives_end_minus_start_and_the_gpu_figures():
@@ -67,6 +71,33 @@ def test_counter_path_gives_end_minus_start_and_the_gpu_figures():
     assert result["sm_clock_mhz_mean"] == 1500
     assert result["power_watts_mean"] == 250.0 and result["power_watts_max"] == 250.0
     assert result["clock_event_reasons"] == []
+
+
+def test_a_steady_sm_clock_is_not_throttled():
+    result = region(FakeNVML([FakeGPU(sm_clock_mhz=1_900, max_sm_clock_mhz=1_980)]))
+    assert (result["sm_clock_mhz_min"], result["sm_clock_mhz_max"]) == (1900, 1980)
+    assert result["throttled"] is False
+
+
+def test_an_sm_clock_that_drops_mid_region_below_75_percent_of_its_top_is_throttled():
+    fake = FakeNVML([FakeGPU(sm_clock_mhz=lambda t: 1_400 if 0.4 < t < 0.6 else 1_900,
+                             max_sm_clock_mhz=1_980)])  # 1,400 < 0.75 x 1,980 = 1,485
+    result = region(fake)
+    assert result["sm_clock_mhz_min"] == 1400 and result["throttled"] is True
+    assert result["sm_clock_mhz_mean"] > 1400
+
+
+def test_an_idle_gpus_low_clock_is_no_throttling():
+    fake = FakeNVML([FakeGPU(sm_clock_mhz=lambda t: 345 if 0.4 < t < 0.6 else 1_900,
+                             reasons=lambda t: 0x1 if 0.4 < t < 0.6 else 0)])  # gpu_idle
+    result = region(fake)
+    assert result["sm_clock_mhz_min"] == 1900 and result["throttled"] is False
+
+
+def test_without_the_top_clock_throttling_is_unknown():
+    result = region(FakeNVML([FakeGPU(max_sm_clock_mhz=None)]))
+    assert result["sm_clock_mhz_min"] == 1500 and result["sm_clock_mhz_max"] is None
+    assert result["throttled"] is None and result["source"] == "nvml"
 
 
 def test_without_the_counter_250_watts_for_one_second_is_250_joules():
@@ -285,7 +316,7 @@ def write_rapl(root: Path, domain: str, name: str, energy: int, wrap: int) -> Pa
 
 
 def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetry.cpu, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(timing, "RAPL_ROOT", tmp_path)
     package0 = write_rapl(tmp_path, "intel-rapl:0", "package-0", 990_000_000, 1_000_000_000)
     package1 = write_rapl(tmp_path, "intel-rapl:1", "package-1", 5_000_000, 1_000_000_000)
     write_rapl(tmp_path, "intel-rapl:0:0", "core", 0, 10)  # a subdomain: inside package 0
@@ -296,7 +327,7 @@ def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
     monitor.start()
     fake.clock.advance(0.5)
     package0.write_text("999000000\n")
-    monitor._sample()
+    monitor.sample()
     fake.clock.advance(0.5)
     package0.write_text("4000000\n")  # wrapped: 1 J to the wrap, then 4 J
     package1.write_text("7000000\n")
@@ -306,7 +337,7 @@ def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
 
 
 def test_unreadable_rapl_is_null_without_a_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetry.cpu, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(timing, "RAPL_ROOT", tmp_path)
     write_rapl(tmp_path, "intel-rapl:0", "package-0", 1, 10).unlink()  # as if root-only
     result = region(FakeNVML(), device="cpu")
     assert result["cpu_energy_joules"] is None and result["cpu_energy_method"] is None
@@ -329,10 +360,10 @@ def test_the_thread_samples_on_its_own_and_stop_returns(monkeypatch):
     fake = FakeNVML()
     with Monitor("gpu:0", interval=0.001, nvml=fake) as monitor:
         deadline = time.monotonic() + 30
-        while len(monitor._times) < 5 and time.monotonic() < deadline:
+        while len(monitor.times) < 5 and time.monotonic() < deadline:
             time.sleep(0.001)
     assert monitor.result["samples"] >= 6 and monitor.result["source"] == "nvml"
-    assert monitor._thread is None
+    monitor.start().stop()  # its thread is gone: it starts again
 
 
 def test_start_twice_is_refused_and_stop_twice_returns_the_same():
@@ -359,7 +390,7 @@ def test_a_real_monitor_on_this_machine_measures_the_cpu_and_says_why_no_gpu():
 
 
 def epoch(energy, util, cpu, reasons, seconds=2.0, samples=20, **extra):
-    return {**telemetry.unmeasured(None), "source": "nvml", "interval_s": 0.1,
+    return {**results.unmeasured(None), "source": "nvml", "interval_s": 0.1,
             "samples": samples, "seconds": seconds, "energy_joules": energy,
             "energy_method": "counter", "gpu_util_percent_mean": util,
             "gpu_util_percent_max": util + 5, "power_watts_mean": 200.0,
@@ -378,7 +409,7 @@ def test_combine_sums_energy_weights_means_and_unites_reasons():
     assert run["gpu_util_percent_max"] == 95.0 and run["gpu_memory_used_mb_max"] == 3000.0
     assert run["clock_event_reasons"] == ["sw_power_cap"]
     assert run["samples"] == 40 and run["seconds"] == 3.0 and run["partial"] is False
-    assert run["source"] == "nvml" and set(run) == set(telemetry.FIELDS)
+    assert run["source"] == "nvml" and set(run) == set(results.TELEMETRY_FIELDS)
 
 
 def test_combine_is_partial_if_any_epoch_is_and_never_sums_a_part():
@@ -390,8 +421,29 @@ def test_combine_is_partial_if_any_epoch_is_and_never_sums_a_part():
     assert telemetry.combine([])["reason"] == "no region was measured"
 
 
+def test_combine_takes_the_lowest_clock_and_flags_a_throttled_run():
+    steady = epoch(400.0, 90.0, 100.0, [], sm_clock_mhz_min=1900, sm_clock_mhz_max=1980,
+                   throttled=False)
+    slowed = epoch(400.0, 90.0, 100.0, [], sm_clock_mhz_min=1200, sm_clock_mhz_max=1980,
+                   throttled=True)
+    run = telemetry.combine([steady, slowed, epoch(400.0, 90.0, 100.0, [])])
+    assert (run["sm_clock_mhz_min"], run["sm_clock_mhz_max"]) == (1200, 1980)
+    assert run["throttled"] is True
+    assert telemetry.combine([steady, steady])["throttled"] is False
+    assert telemetry.combine([epoch(400.0, 90.0, 100.0, [])])["throttled"] is None
+
+
+def test_combine_says_how_many_regions_lack_a_figure_and_why():
+    short = "a region of 5 ms is shorter than NVML's utilisation window"
+    regions = [epoch(400.0, 0.2, 100.0, [])] + [
+        epoch(None, 0.0, 100.0, [], seconds=0.005, reason=short,
+              gpu_util_percent_mean=None)] * 4
+    assert telemetry.combine(regions)["reason"] == f"4 of 5 regions: {short}"
+    assert telemetry.combine(regions[1:])["reason"] == short
+
+
 def test_combine_of_unmeasured_regions_stays_null():
-    cpu = [telemetry.unmeasured("the device is the CPU") | {"cpu_util_percent_mean": 100.0,
+    cpu = [results.unmeasured("the device is the CPU") | {"cpu_util_percent_mean": 100.0,
                                                              "seconds": 1.0}] * 3
     run = telemetry.combine(cpu)
     assert run["source"] is None and run["reason"] == "the device is the CPU"
@@ -401,24 +453,23 @@ def test_combine_of_unmeasured_regions_stays_null():
 
 def test_epoch_fields_are_the_per_epoch_lists():
     fields = telemetry.epoch_fields([epoch(400.0, 90.0, 100.0, []),
-                                     telemetry.unmeasured("x")])
+                                     results.unmeasured("x")])
     assert fields == {"epoch_energy_joules": [400.0, None],
                       "epoch_gpu_util_percent": [90.0, None],
                       "epoch_cpu_util_percent": [100.0, None],
                       "epoch_clock_event_reasons": [[], None]}
 
 
-def test_unmeasured_is_a_fresh_dict_and_empty_is_read_only():
-    record = telemetry.unmeasured("why")
+def test_unmeasured_is_a_fresh_dict():
+    record = results.unmeasured("why")
     record["samples"] = 3
-    assert telemetry.EMPTY["samples"] is None and telemetry.EMPTY["partial"] is False
-    with pytest.raises(TypeError):
-        telemetry.EMPTY["samples"] = 3
+    fresh = results.unmeasured(None)
+    assert fresh["samples"] is None and fresh["partial"] is False
 
 
 # --- telemetry.text ---------------------------------------------------------------------
 
-GPU_RUN = {**telemetry.unmeasured(None), "source": "nvml", "gpu_util_percent_mean": 91.2,
+GPU_RUN = {**results.unmeasured(None), "source": "nvml", "gpu_util_percent_mean": 91.2,
            "power_watts_mean": 287.4, "sm_clock_mhz_mean": 1930.0, "energy_joules": 6180.0,
            "energy_method": "counter", "cpu_util_percent_mean": 104.0}
 
@@ -435,7 +486,7 @@ def test_line_for_a_gpu_run():
 
 
 def test_line_without_a_gpu():
-    cpu_only = {**telemetry.unmeasured(telemetry.NO_DRIVER), "cpu_util_percent_mean": 196.0,
+    cpu_only = {**results.unmeasured(telemetry.NO_DRIVER), "cpu_util_percent_mean": 196.0,
                 "cpu_energy_joules": 1500.0, "cpu_energy_method": "rapl"}
     assert fmt.telemetry_line(cpu_only, epochs=15) == (
         f"GPU: none ({telemetry.NO_DRIVER}); CPU: 196 % of one core, 100 J per epoch (RAPL)")
@@ -452,21 +503,21 @@ def train_record(utils, reasons=None, **telemetry_extra):
 
 
 def test_diagnosis_of_a_gpu_that_waits():
-    lines = telemetry_text.diagnosis(train_record([5.0] + [23.0] * 14))
+    lines = telemetry_text().diagnosis(train_record([5.0] + [23.0] * 14))
     assert lines == ["GPU busy 23 % of the epoch: it waits on the input feed or on Python "
                      "between steps; see Speed_Factors' input pipelines and steps per execution"]
 
 
 def test_diagnosis_of_the_power_cap_in_4_of_15_epochs():
     reasons = [["sw_power_cap"] if i in (3, 5, 8, 13) else [] for i in range(15)]
-    lines = telemetry_text.diagnosis(train_record([95.0] * 15, reasons))
+    lines = telemetry_text().diagnosis(train_record([95.0] * 15, reasons))
     assert len(lines) == 1
     assert lines[0].startswith("clocks held back by the power cap in 4 of 15 epochs")
 
 
 def test_diagnosis_of_heat_and_of_a_partial_run():
     reasons = [["hw_thermal_slowdown", "sw_power_cap"]] * 2 + [[]] * 3
-    lines = telemetry_text.diagnosis(train_record([95.0] * 5, reasons, partial=True))
+    lines = telemetry_text().diagnosis(train_record([95.0] * 5, reasons, partial=True))
     assert any(line.startswith("clocks slowed by heat (thermal slowdown) in 2 of 5 epochs")
                for line in lines)
     assert any("power cap in 2 of 5" in line for line in lines)
@@ -474,35 +525,35 @@ def test_diagnosis_of_heat_and_of_a_partial_run():
 
 
 def test_diagnosis_is_empty_when_all_is_fine_or_there_is_no_gpu():
-    assert telemetry_text.diagnosis(train_record([95.0] * 15)) == []
-    no_gpu = {**train_record([None] * 3), "telemetry": telemetry.unmeasured("x")}
-    assert telemetry_text.diagnosis(no_gpu) == []
+    assert telemetry_text().diagnosis(train_record([95.0] * 15)) == []
+    no_gpu = {**train_record([None] * 3), "telemetry": results.unmeasured("x")}
+    assert telemetry_text().diagnosis(no_gpu) == []
 
 
 def test_diagnosis_of_a_matmul_record_uses_the_run_figures():
     record = {"benchmark": "matmul", "telemetry": {**GPU_RUN, "gpu_util_percent_mean": 30.0,
                                                    "clock_event_reasons": ["hw_slowdown"]}}
-    lines = telemetry_text.diagnosis(record)
+    lines = telemetry_text().diagnosis(record)
     assert lines[0].startswith("GPU busy 30 % of the timed region")
     assert lines[1].startswith("clocks slowed by the hardware (slowdown or power brake) "
                                "during the run")
 
 
 def test_energy_cells_of_a_gpu_run_and_of_a_cpu_run_without_rapl():
-    cells = telemetry_text.energy_cells(train_record([91.0] * 15))
+    cells = telemetry_text().energy_cells(train_record([91.0] * 15))
     assert cells == {"joules_per_epoch": "400 J", "images_per_joule": "150",
                      "cpu_joules_per_epoch": "n/a (no RAPL on this machine)",
                      "cpu_images_per_joule": "n/a", "gpu_busy": "91 %",
                      "watts_mean": "287 W", "cpu_util": "104 %"}
     cpu_run = {"benchmark": "train", "epochs": 15, "train_samples": 60_000,
-               "telemetry": {**telemetry.unmeasured(telemetry.CPU_DEVICE),
+               "telemetry": {**results.unmeasured(timing.CPU_REASON),
                              "cpu_util_percent_mean": 196.4}}
-    cells = telemetry_text.energy_cells(cpu_run)
+    cells = telemetry_text().energy_cells(cpu_run)
     assert cells["joules_per_epoch"] == "n/a" and cells["gpu_busy"] == "n/a"
     assert cells["cpu_joules_per_epoch"] == "n/a (no RAPL on this machine)"
     assert cells["cpu_util"] == "196 %"
     with_rapl = {**cpu_run, "telemetry": {**cpu_run["telemetry"], "cpu_energy_joules": 9000.0}}
-    cells = telemetry_text.energy_cells(with_rapl)
+    cells = telemetry_text().energy_cells(with_rapl)
     assert cells["cpu_joules_per_epoch"] == "600 J" and cells["cpu_images_per_joule"] == "100"
 
 
@@ -522,7 +573,7 @@ def test_telemetry_loads_no_ml_framework():
 def hung(monkeypatch):
     """A FakeNVML factory whose hangs are released, and whose stuck samplers are waited for,
     when the test ends (so no later Monitor sees them); the wait is 0.2 s instead of 2 s."""
-    monkeypatch.setattr(monitor_module, "NVML_WAIT_S", 0.2)
+    monkeypatch.setattr(telemetry.nvml, "WAIT_S", 0.2)
     fakes = []
 
     def make(**kwargs) -> FakeNVML:
@@ -532,8 +583,10 @@ def hung(monkeypatch):
     yield make
     for fake in fakes:
         fake.release.set()
-    for answered in list(monitor_module._stuck):
-        assert answered.wait(30), "a sampler stayed inside NVML after the hang was released"
+    for thread in threading.enumerate():
+        if thread.name == "gpubench-telemetry":
+            thread.join(30)
+    assert not telemetry.nvml.stuck(), "a sampler stayed inside NVML after the hang was released"
 
 
 def test_a_hung_nvml_at_the_start_costs_a_bounded_wait_and_is_partial(hung):
@@ -547,7 +600,8 @@ def test_a_hung_nvml_at_the_start_costs_a_bounded_wait_and_is_partial(hung):
     assert fake.calls[caller] == 0 and sum(fake.calls.values()) == 1  # nvmlInit, in the thread
     assert result["partial"] is True and result["source"] is None
     assert result["reason"] == ("NVML did not answer within 0.2 s at the start: no GPU figures "
-                                "for this region")
+                                "for this region, and NVML is not shut down at exit while a "
+                                "call is stuck")
     assert result["gpu_util_percent_mean"] is None and result["energy_joules"] is None
     assert result["cpu_util_percent_mean"] == 100.0 and result["seconds"] == 1.0
     # while that call hangs, the next region asks NVML nothing and waits for nothing
@@ -565,7 +619,7 @@ def test_a_nvml_that_hangs_mid_region_costs_a_bounded_wait_at_stop(hung):
     caller = threading.get_ident()
     monitor = Monitor("gpu:0", interval=0.01, nvml=fake, clock=fake.clock,
                       cpu_clock=CPUClock(fake.clock)).start()
-    assert monitor._ready.is_set() and monitor._source == "nvml"
+    assert monitor.source == "nvml"  # start() found the GPU
     deadline = time.monotonic() + 30
     while sum(fake.calls.values()) <= 12 and time.monotonic() < deadline:
         time.sleep(0.01)  # the thread samples until NVML hangs
@@ -602,7 +656,7 @@ def test_impossible_readings_are_dropped_field_by_field_with_a_reason():
     ("power", float("inf"), False), ("memory", 1e308, False), ("clock", True, False),
     ("energy", None, False), ("reasons", 0x4, True)])
 def test_plausible_readings(name, value, ok):
-    assert (monitor_module.plausible(name, value) is None) is ok
+    assert (telemetry.monitor.plausible(name, value) is None) is ok
 
 
 def test_a_stored_record_with_impossible_telemetry_keeps_its_row_and_timing(tmp_path):
@@ -631,6 +685,40 @@ def test_the_first_sample_is_the_first_kept_however_short_the_interval():
     for _ in range(20):
         with Monitor("gpu:0", interval=1e-6, nvml=fake) as monitor:
             deadline = time.monotonic() + 30
-            while len(monitor._times) < 3 and time.monotonic() < deadline:
+            while len(monitor.times) < 3 and time.monotonic() < deadline:
                 time.sleep(0.0005)
-        assert monitor._times == sorted(monitor._times) and monitor.result["samples"] >= 4
+        assert monitor.times == sorted(monitor.times) and monitor.result["samples"] >= 4
+
+
+EXIT_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fake_pynvml import FakeNVML
+from gpubench import telemetry
+
+fake = FakeNVML(hang_seconds=120, **{hang!r})
+with telemetry.Monitor("gpu:0", interval=0.01, nvml=fake) as monitor:
+    time.sleep(0.3)
+print(monitor.result["partial"], monitor.result["reason"], flush=True)
+print("region", time.monotonic(), flush=True)
+"""
+
+
+@pytest.mark.slow  # starts a Python: in `make test`, not in `make check`
+@pytest.mark.parametrize("hang, partial", [
+    ({"hang_on": "nvmlShutdown"}, "False"),  # the shutdown at exit hangs
+    ({"hang_after": 15}, "True"),  # a call of the region hangs: no shutdown is tried
+])
+def test_a_hung_nvml_never_holds_the_process_at_exit(hang, partial):
+    import subprocess
+
+    code = EXIT_SCRIPT.format(tests=str(Path(__file__).parent), hang=hang)
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).parents[1])
+    first = process.stdout.readline().split(" ", 1)
+    region_end = float(process.stdout.readline().split()[1])
+    assert process.wait(timeout=100) == 0, "the process waited for the hung NVML call"
+    assert time.monotonic() - region_end < 5  # it exits within 5 s of its last region
+    assert first[0] == partial
+    if partial == "True":
+        assert "NVML is not shut down at exit while it is stuck" in first[1]

@@ -1,18 +1,7 @@
-"""Speed factors: one-factor-at-a-time variations of a training run from the book's baseline.
-
-The baseline is the book's setting: batch 100, float32, XLA off, one step per execution,
-arrays fed to `fit`. Each variant changes one factor; the combination takes each factor's
-fastest value. The modules:
-
-- `rules`: the factors, the variants and which values a backend runs (no framework);
-- `stats`: the numbers read from the records: rates, speedups with their interval and
-  verdict, the crossover batch size, the share of the matmul peak (no framework);
-- `trainer`: one variant on one device, its probes and its time box;
-- `measure`: the matmul peaks, the interleaved rounds, the combination, the busy regions on a
-  GPU, the records (`run`).
-
-The tables, charts and text written from these numbers live in `gpubench.report.factors`.
-"""
+"""Speed_Factors (tools tier): the book's setting and variants that change one factor each, then
+their fastest values combined. `rules`: the factors and the numbers read from records (no
+framework); `trainer` and `measure`: the training and the records (`run`); `<backend>_feeds`: the
+training set kept on the device (`feeds()`). The report shows them (`gpubench.report.factors`)."""
 
 from gpubench.factors.measure import best_settings, devices_to_measure, matmul_peaks, run
 from gpubench.factors.rules import (
@@ -23,15 +12,14 @@ from gpubench.factors.rules import (
     XLA_NOTE,
     Variant,
     chapter_values,
-    feeds,
-    for_backend,
-    variants,
-)
-from gpubench.factors.stats import (
     crossover_batch_size,
     effects,
+    feeds,
+    for_backend,
     is_factor_record,
     percent_of_matmul_peak,
     round_rates,
+    variants,
     verdict,
 )
+from gpubench.factors.trainer import Trainer

@@ -1,57 +1,30 @@
-"""`Monitor`: a daemon thread that samples GPU (NVML) and CPU figures around a timed region and
-leaves the record's `telemetry` object in `.result`.
-
-It never syncs a device (the caller's timing does) and nothing in it raises once it has
-started: where a figure cannot be read it is null, and `reason` says why in words.
-"""
+"""`Monitor`: GPU (NVML) and CPU figures sampled by a thread around a timed region, as the record's
+`telemetry` object (W, J, MHz, %, MiB); `combine`, `epoch_fields`. It never syncs a device nor
+raises once started: what it cannot read is null, `reason` says why; NVML is waited for WAIT_S."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpubench.telemetry.cpu import cpu_figures, rapl_figures, rapl_packages, read_rapl
-from gpubench.telemetry.nvml import (
-    CPU_DEVICE,
-    NO_PYNVML,
-    device_index,
-    error_text,
-    gpu_readers,
-    import_pynvml,
-    reason_names,
-    resolve_handle,
-    start_nvml,
-)
-from gpubench.telemetry.summary import mean, rounded, unmeasured
+from gpubench import timing
+from gpubench.results import TELEMETRY_FIELDS, unmeasured
+from gpubench.telemetry import nvml
 
-# 0.1 s: the figures NVML gives are averages over a window of their own (utilisation
-# over 1/6 s to 1 s depending on the GPU, power over 1 s on Ampere and newer), so
-# sampling faster adds little resolution, while 10 samples a second still give a
-# 1-second epoch ten readings for its mean and max. One sample (five NVML calls, made
-# with the GIL released, and a few Python lines) took 14 us on an H200: 0.014 % of one
-# core at this interval. Energy comes from the driver's counter read at the two ends, so
-# it does not depend on the interval where the counter exists; the counter itself moves
-# in steps (a 0.05 s idle region read 7.8 J on that H200 where 78 W x 0.05 s is 3.9 J),
-# so energies of regions much shorter than a second are coarse.
+# NVML averages busy % and power over 1/6 s to 1 s: faster adds little. A sample: 14 us (H200).
 DEFAULT_INTERVAL = 0.1
-# Below this, NVML's utilisation (averaged over 1/6 to 1 s) and its energy counter (which moves
-# in steps) say nothing about the region itself: seen on an H200, 0 % busy and 0 J for 16 ms of
-# back-to-back 8192^3 matmuls. Such regions get null busy % and energy, and a reason.
-MIN_AVERAGED_SECONDS = 0.5
-
-# NVML is only ever called from the sampler thread: the caller's thread waits at most this long
-# for NVML's first answer at start() and for its last at stop(). A hung driver thus costs a
-# region this delay at most, and its telemetry is partial, with the reason.
-NVML_WAIT_S = 2.0
+MIN_AVERAGED_SECONDS = 0.5  # NVML's busy % and energy of a shorter region say nothing of it
+THROTTLE_SHARE = 0.75  # a region whose SM clock fell below this share of its top is throttled
 # Readings NVML cannot truthfully give: (least, most) in NVML's units, and the figure in words.
 PLAUSIBLE = {"util": (0, 100, "utilisation %"), "memory": (0, 2**50, "memory used (bytes)"),
-             "clock": (0, 10_000, "SM clock (MHz)"), "power": (0, 10_000_000, "power (mW)"),
-             "energy": (0, 2**63, "energy counter (mJ)"), "reasons": (0, 2**64, "reasons mask")}
-_stuck: list[threading.Event] = []  # set when a sampler given up on leaves its NVML call
+             "clock": (0, 10_000, "SM clock (MHz)"), "max_clock": (1, 10_000, "max SM clock (MHz)"),
+             "power": (0, 10_000_000, "power (mW)"), "energy": (0, 2**63, "energy counter (mJ)"),
+             "reasons": (0, 2**64, "reasons mask")}
 
 
 def plausible(name: str, value: Any) -> str | None:
@@ -59,298 +32,297 @@ def plausible(name: str, value: Any) -> str | None:
     least, most, words = PLAUSIBLE[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{words} {value!r:.40} is not a number"
-    if not math.isfinite(value) or not least <= value <= most:
-        return f"{words} {value!r:.40} is outside {least}-{most:,}"
-    return None
+    in_range = math.isfinite(value) and least <= value <= most
+    return None if in_range else f"{words} {value!r:.40} is outside {least}-{most:,}"
 
 
 class Monitor:
-    """Samples GPU (NVML) and process CPU figures in a background thread around a region.
-
-    Use as `with Monitor("gpu:0") as m: ...` or `m.start(); ...; m.stop()`; `.result`
-    (None until stopped) is the record's `telemetry` object. `device` is "cpu" or
-    "gpu:N". `nvml`, `clock` and `cpu_clock` stand in for pynvml, time.perf_counter and
-    time.process_time in tests. Every NVML call runs in the sampler thread.
-    """
+    """`with Monitor("gpu:0") as m: ...`: `.result` is the region's `telemetry` object; `device`
+    "cpu" or "gpu:N"; `nvml`, `clock`, `cpu_clock` stand in for pynvml, perf_counter and
+    process_time in tests."""
 
     def __init__(self, device: str, interval: float = DEFAULT_INTERVAL, *, nvml: Any = None,
                  clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> None:
-        self.index = device_index(device)
+        match = re.fullmatch(r"gpu:(\d+)", device) if isinstance(device, str) else None
+        if not match and device != "cpu":
+            raise ValueError(f"telemetry device {device!r} is not \"cpu\" or \"gpu:N\"; "
+                             "pass the canonical name from gpubench.devices.resolve")
+        self.index = int(match[1]) if match else None
         if (isinstance(interval, bool) or not isinstance(interval, (int, float))
                 or not math.isfinite(interval) or interval <= 0):
             raise ValueError(f"telemetry interval {interval!r} must be a positive number of "
                              f"seconds, e.g. {DEFAULT_INTERVAL}")
-        self.device = device
-        self.interval = float(interval)
-        self.result: dict | None = None
-        self._nvml = nvml
-        self._clock = clock
-        self._cpu_clock = cpu_clock
+        self.device, self.interval, self.result = device, float(interval), None
+        self._module, self._clock, self._cpu_clock = nvml, clock, cpu_clock
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._rows: list[tuple] = []
 
     def __enter__(self) -> Monitor:
-        self.start()
-        return self
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def times(self) -> list[float]:
+        """The times of the samples kept so far."""
+        return [row[0] for row in self._rows]
+
     def start(self) -> Monitor:
-        """Start the sampler thread, wait (at most NVML_WAIT_S) for its first GPU reading, and
-        take the first sample."""
+        """Start the sampler thread; it finds the GPU (waited for at most WAIT_S), then samples."""
         if self._thread is not None:
             raise RuntimeError("Monitor.start: it is already running; call stop() first")
-        self.result = None
-        self._stop.clear()
-        self._times: list[float] = []
-        self._cpu: list[float] = []
-        self._gpu: list[dict[str, Any]] = []
-        self._rapl: list[tuple[int, ...] | None] = []
-        self._readers: dict[str, Callable[[], Any]] = {}
-        self._source: str | None = None
-        self._reason: str | None = None
-        self._failure: str | None = None
-        self._abandoned = False  # NVML did not answer in time: the thread's answers are ignored
-        self._dropped: dict[str, str] = {}  # figure -> why its first impossible reading was dropped
-        self._energy_end: Any = None
-        self._first_gpu: dict[str, Any] = {}
-        # the thread's GPU found (or given up); start()'s first sample kept; stop()'s last reading
-        self._ready, self._begun, self._last = (threading.Event() for _ in range(3))
-        self._last_gpu: dict[str, Any] = {}
-        try:
-            self._packages = rapl_packages()
-        except Exception:  # noqa: BLE001
-            self._packages = []
-        self._closed = False  # stop() has summed up: the thread keeps nothing more
-        self._thread = threading.Thread(target=self._run, name="gpubench-telemetry",
-                                        daemon=True)
-        if self.index is None:
-            self._reason = CPU_DEVICE  # no NVML at all
-            self._ready.set()
-        elif any(not answered.is_set() for answered in _stuck):
-            self._give_up("an earlier NVML call has not answered yet", None)
-            self._ready.set()  # the thread asks NVML nothing
+        self.result, self.source, self._reason, self._failure = None, None, None, None
+        self._rows, self._readers, self._first, self._dropped = [], {}, {}, {}
+        self._abandoned = self._closed = False  # NVML given up on; stop() has summed up
+        self._stop, self._ready, self._last = (threading.Event() for _ in range(3))
+        self._packages = timing.rapl_packages()
+        self._thread = threading.Thread(target=self._run, name="gpubench-telemetry", daemon=True)
+        if self.index is not None and nvml.stuck():
+            self._give_up("an earlier NVML call has not answered yet")
         self._thread.start()
-        if not self._ready.wait(NVML_WAIT_S):
-            self._give_up(f"NVML did not answer within {NVML_WAIT_S:g} s at the start",
-                          self._ready)
-        try:
-            self._sample(first=True)
-        finally:
-            self._begun.set()  # the thread's samples come after the first
+        if not self._ready.wait(nvml.WAIT_S) and self._give_up(
+                f"NVML did not answer within {nvml.WAIT_S:g} s at the start"):
+            nvml.give_up(self._thread)
         return self
 
-    def _give_up(self, why: str, answered: threading.Event | None) -> None:
-        """Go on without GPU figures: the region is partial, `why` is its reason, and until
-        `answered` is set no other Monitor asks NVML."""
+    def _give_up(self, why: str) -> bool:
+        """Go on without GPU figures (partial: `why`), unless the thread has just found the GPU."""
         with self._lock:
-            self._abandoned = True
-            self._readers, self._source, self._first_gpu = {}, None, {}
-            self._failure = f"{why}: no GPU figures for this region"
-        if answered is not None:
-            _stuck[:] = [event for event in _stuck if not event.is_set()] + [answered]
+            if self._ready.is_set():
+                return False
+            self._abandoned, self._readers, self.source = True, {}, None
+            self._failure = (f"{why}: no GPU figures for this region, and {nvml.LEFT_OPEN} while "
+                             "a call is stuck")
+            self._rows.append(self._row({}))
+            self._ready.set()
+        return True
 
     def stop(self) -> dict:
-        """Take the last sample (its GPU reading from the thread, waited for at most
-        NVML_WAIT_S), stop the thread and return (and keep) the result."""
+        """Stop the thread after its last sample (waited for at most WAIT_S); the result."""
         if self._thread is None:
             if self.result is None:
                 self.result = unmeasured("the Monitor was never started")
             return self.result
-        called = self._clock(), self._cpu_clock()
+        called = self._row({})
         self._stop.set()
-        answered = self._abandoned or self._last.wait(NVML_WAIT_S)
-        now, cpu = (self._clock(), self._cpu_clock()) if answered else called
-        if not answered:  # the figures so far stay; the region ended when stop() was called
-            with self._lock:
-                self._failure = self._failure or f"an NVML call took over {NVML_WAIT_S:g} s"
-            _stuck[:] = [event for event in _stuck if not event.is_set()] + [self._last]
+        if not self._abandoned:
+            self._last.wait(nvml.WAIT_S)
+        with self._lock:
+            self._closed = True
+            if not self._last.is_set():  # the figures so far stay; the region ended here
+                self._failure = self._failure or (f"an NVML call took over {nvml.WAIT_S:g} s "
+                                                  f"({nvml.LEFT_OPEN} while it is stuck)")
+                self._rows.append(called)
+        if not self._last.is_set() and not self._abandoned:
+            nvml.give_up(self._thread)
         self._thread = None
         try:
-            with self._lock:
-                values = dict(self._last_gpu) if answered and not self._abandoned else {}
-                self._closed = True
-            self._keep(now, cpu, values, last=True, closing=True)
             self.result = self._summary()
         except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
-            self.result = {**unmeasured(f"telemetry failed: {error_text(error)}"),
+            self.result = {**unmeasured(f"telemetry failed: {nvml.error_text(error)}"),
                            "partial": True}
         return self.result
 
-    def _start_gpu(self) -> None:
-        """(In the sampler thread) find the NVML device and the figures it gives, take the first
-        GPU reading, and publish them, unless start() stopped waiting."""
-        readers, first, source, reason = {}, {}, None, None
-        try:
-            readers, first, source, reason = self._find_gpu()
-        except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
-            reason = f"NVML failed at the start: {error_text(error)}"
-        first = self._checked(first)
+    def sample(self) -> None:
+        """Take one sample now (the thread does, every interval)."""
+        row = self._row(self._read())
         with self._lock:
-            if not self._abandoned:
-                self._readers, self._first_gpu = readers, first
-                self._source, self._reason = source, reason
-        self._ready.set()
+            if not self._closed:
+                self._rows.append(row)
 
-    def _find_gpu(self) -> tuple[dict, dict, str | None, str | None]:
-        """(readers, first reading, source, reason) of this Monitor's GPU, asking NVML."""
-        nvml = self._nvml if self._nvml is not None else import_pynvml()
-        if nvml is None:
-            return {}, {}, None, NO_PYNVML
-        failure = start_nvml(nvml)
-        if failure is not None:
-            return {}, {}, None, failure
-        handle, failure, caveat = resolve_handle(nvml, self.index)
-        if handle is None:
-            return {}, {}, None, failure
-        readers, first, errors = {}, {}, []
-        for name, read in gpu_readers(nvml, handle).items():
-            try:  # a figure this GPU does not give (NotSupported and the like) stays null
-                first[name] = read()
-                readers[name] = read
-            except Exception as error:  # noqa: BLE001
-                errors.append(error_text(error))
-        if not readers:
-            return {}, {}, None, f"NVML reads nothing for {self.device}: {errors[0]}"
-        return readers, first, "nvml", caveat
+    def _row(self, gpu: dict[str, Any]) -> tuple:
+        """A sample: the clocks, a GPU reading and RAPL's counters."""
+        rapl = timing.read_rapl(self._packages) if self._packages else None
+        return self._clock(), self._cpu_clock(), gpu, rapl
 
     def _run(self) -> None:
-        """The sampler thread: the GPU found, then one sample per interval until stop, then the
-        last GPU reading (energy included) for stop()."""
-        if not self._ready.is_set():
-            self._start_gpu()
-        self._begun.wait()
+        """The thread: the GPU and the first sample, one per interval, the last (with energy)."""
+        readers, first, reason = {}, {}, timing.CPU_REASON
+        if self.index is not None and not self._abandoned:
+            try:
+                readers, first, reason = nvml.open_gpu(self._module, self.index)
+            except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
+                reason = f"NVML failed at the start: {nvml.error_text(error)}"
+        first = self._checked(first)
+        with self._lock:
+            if self._abandoned:
+                return
+            self._readers, self._first, self._reason = readers, first, reason
+            self.source = "nvml" if readers else None
+            self._rows.append(self._row(first))
+            self._ready.set()
         while not self._stop.wait(self.interval):
-            self._sample()
-        self._last_gpu = self._read_gpu(last=True)
-        self._last.set()
+            self.sample()
+        last = self._row(self._read(last=True))
+        with self._lock:
+            if not self._closed:
+                self._rows.append(last)
+                self._last.set()
 
-    def _read_gpu(self, last: bool = False) -> dict[str, Any]:
-        """One GPU reading of every figure (the energy counter only when `last`), impossible
-        values dropped; {} once NVML has failed."""
+    def _read(self, last: bool = False) -> dict[str, Any]:
+        """One GPU reading (energy only when `last`) of plausible values; {} once NVML failed."""
         if not self._readers or self._failure is not None:
             return {}
-        wanted = self._readers if last else {k: r for k, r in self._readers.items()
-                                             if k != "energy"}
         try:
-            return self._checked({name: read() for name, read in wanted.items()})
+            return self._checked({name: read() for name, read in self._readers.items()
+                                  if last or name != "energy"})
         except Exception as error:  # noqa: BLE001  (the GPU went away mid-run)
             with self._lock:
-                self._failure = (f"NVML failed after {len(self._times)} samples: "
-                                 f"{error_text(error)}")
+                self._failure = (f"NVML failed after {len(self._rows)} samples: "
+                                 f"{nvml.error_text(error)}")
             return {}
 
     def _checked(self, values: dict[str, Any]) -> dict[str, Any]:
-        """`values` without the readings NVML cannot truthfully give; the first such reading of
-        each figure is kept in words for the reason."""
-        kept = {}
-        for name, value in values.items():
-            why = plausible(name, value) if name in PLAUSIBLE else None
-            if why is None:
-                kept[name] = value
-            else:
-                with self._lock:
-                    self._dropped.setdefault(name, why)
-        return kept
-
-    def _sample(self, first: bool = False) -> None:
-        """Read the clocks, the GPU figures and RAPL once and keep them (`first`: the GPU
-        reading the thread took at the start)."""
-        now, cpu = self._clock(), self._cpu_clock()
-        values = dict(self._first_gpu) if first else self._read_gpu()
-        self._keep(now, cpu, values)
-
-    def _keep(self, now: float, cpu: float, values: dict[str, Any], last: bool = False,
-              closing: bool = False) -> None:
-        """Keep one sample: the clocks, a GPU reading and RAPL's counters (nothing once stop()
-        has summed up, unless it is stop()'s own `closing` sample)."""
-        rapl = read_rapl(self._packages) if self._packages else None
+        """`values` without the impossible readings (the first of each kept for the reason)."""
+        whys = {name: plausible(name, value) for name, value in values.items()}
         with self._lock:
-            if self._closed and not closing:
-                return
-            self._times.append(now)
-            self._cpu.append(cpu)
-            self._gpu.append(values)
-            self._rapl.append(rapl)
-            if last and "energy" in values:
-                self._energy_end = values["energy"]
+            self._dropped.update({name: why for name, why in whys.items()
+                                  if why and name not in self._dropped})
+        return {name: values[name] for name, why in whys.items() if why is None}
 
     def _summary(self) -> dict:
         """The telemetry object from the samples."""
         with self._lock:
-            times, cpu, gpu, rapl = (list(self._times), list(self._cpu), list(self._gpu),
-                                     list(self._rapl))
+            times, cpu, gpu, rapl = zip(*self._rows, strict=True)
         seconds = times[-1] - times[0]
-        result = unmeasured(self._reason)
-        result.update(interval_s=self.interval, samples=len(times), seconds=round(seconds, 6))
-        result.update(cpu_figures(times, cpu))
-        result.update(rapl_figures(self._packages, rapl))
+        result = unmeasured(self._reason) | {"interval_s": self.interval, "samples": len(times),
+                                             "seconds": round(seconds, 6), **_cpu_use(times, cpu)}
+        joules = timing.rapl_joules(self._packages, rapl)
+        if joules is not None:
+            result.update(cpu_energy_joules=round(joules, 3), cpu_energy_method="rapl")
         if self._abandoned:
             result.update(partial=True, reason=self._failure)
-        if self._source is None:
+        if self.source is None:
             return result
-        partial = self._failure is not None
-        result.update(source="nvml", partial=partial)
-        if partial:
-            result["reason"] = (self._failure + "; the figures cover the region up to then, "
-                                "and its energy is unknown")
-        # A reading describes the time just before it (NVML averages over a window), so the
-        # first one, taken as the region starts, describes what ran before: the means and
-        # maxima use the later ones where there are any.
-        later = gpu[1:] if len(gpu) > 1 else gpu
-
-        def series(name: str, rows: Sequence[dict]) -> list[float]:
-            return [row[name] for row in rows if row.get(name) is not None]
-
-        if "util" in self._readers:
-            util = series("util", later)
-            result.update(gpu_util_percent_mean=rounded(mean(util), 1),
-                          gpu_util_percent_max=rounded(max(util, default=None), 1))
-        if "memory" in self._readers:
-            memory = series("memory", gpu)
-            result["gpu_memory_used_mb_max"] = rounded(
-                max(memory) / 2**20 if memory else None, 1)
-        if "clock" in self._readers:
-            result["sm_clock_mhz_mean"] = rounded(mean(series("clock", later)), 1)
-        if "power" in self._readers:
-            watts = [mw / 1000 for mw in series("power", later)]
-            result.update(power_watts_mean=rounded(mean(watts), 2),
-                          power_watts_max=rounded(max(watts, default=None), 2))
+        partial, short = self._failure is not None, seconds < MIN_AVERAGED_SECONDS
+        result.update(source="nvml", partial=partial, **_gpu_figures(gpu, self._first))
         if "reasons" in self._readers:
-            seen: set[str] = set()
-            for mask in series("reasons", gpu):
-                seen.update(reason_names(int(mask)))
-            result["clock_event_reasons"] = sorted(seen)
-        if not partial:
+            result["clock_event_reasons"] = sorted({
+                name for row in gpu if "reasons" in row
+                for name in nvml.reason_names(int(row["reasons"]))})
+        if short:  # shorter than NVML's own averaging: its busy % and energy tell of before
+            result.update(gpu_util_percent_mean=None, gpu_util_percent_max=None)
+        elif not partial:
             result.update(self._energy(times, gpu))
-        if self._dropped:
-            dropped = "NVML gave impossible readings, dropped: " + "; ".join(
-                self._dropped.values())
-            result["reason"] = "; ".join(r for r in (result.get("reason"), dropped) if r)
-        if times[-1] - times[0] < MIN_AVERAGED_SECONDS:  # shorter than NVML's own averaging
-            result.update(gpu_util_percent_mean=None, gpu_util_percent_max=None,
-                          energy_joules=None, energy_method=None)
-            result["reason"] = result.get("reason") or (
-                f"a region of {1000 * (times[-1] - times[0]):.0f} ms is shorter than NVML's "
-                "utilisation window and energy-counter step: busy % and energy not reported")
+        words = [self._failure + "; the figures cover the region up to then, and its energy is "
+                 "unknown" if partial else result["reason"],
+                 self._dropped and "NVML gave impossible readings, dropped: "
+                 + "; ".join(self._dropped.values()),
+                 short and f"a region of {1000 * seconds:.0f} ms is shorter than NVML's "
+                 "utilisation window and energy-counter step: busy % and energy not reported"]
+        result["reason"] = "; ".join(w for w in words if w) or None
         return result
 
     def _energy(self, times: Sequence[float], gpu: Sequence[dict]) -> dict:
         """GPU energy: the counter's end minus start, else the trapezoid of power over time."""
-        start, end = gpu[0].get("energy"), self._energy_end
+        start, end = gpu[0].get("energy"), gpu[-1].get("energy") if len(gpu) > 1 else None
         if start is not None and end is not None and end >= start:
             return {"energy_joules": round((end - start) / 1000, 3), "energy_method": "counter"}
         if start is not None and end is not None:
             self._dropped["energy"] = f"the energy counter ran backwards ({start} to {end} mJ)"
-        if "power" in self._readers:
-            points = [(t, row["power"]) for t, row in zip(times, gpu, strict=True)
-                      if "power" in row]
-            if len(points) >= 2:
-                joules = sum((t1 - t0) * (p0 + p1) / 2
-                             for (t0, p0), (t1, p1) in itertools.pairwise(points)) / 1000
-                return {"energy_joules": round(joules, 3), "energy_method": "power_integral"}
-        return {}
+        points = [(t, row["power"]) for t, row in zip(times, gpu, strict=True) if "power" in row]
+        if len(points) < 2:
+            return {}
+        joules = sum((t1 - t0) * (p0 + p1) / 2
+                     for (t0, p0), (t1, p1) in itertools.pairwise(points)) / 1000
+        return {"energy_joules": round(joules, 3), "energy_method": "power_integral"}
 
+
+def _mean(values: Sequence[float], digits: int) -> float | None:
+    return round(sum(values) / len(values), digits) if values else None
+
+
+def _gpu_figures(gpu: Sequence[dict], first: dict) -> dict:
+    """Busy %, memory, SM clock (its lowest while not idle against the GPU's top: `throttled`)
+    and power; a reading tells of the window before it, so the first counts only for memory."""
+    later = gpu[1:] if len(gpu) > 1 else gpu
+
+    def series(name: str, rows: Sequence[dict] = later) -> list[float]:
+        return [row[name] for row in rows if name in row]
+
+    util, memory, watts = series("util"), series("memory", gpu), series("power")
+    busy = [row["clock"] for row in later
+            if "clock" in row and not int(row.get("reasons", 0)) & nvml.GPU_IDLE]
+    top = first.get("max_clock")
+    return {"gpu_util_percent_mean": _mean(util, 1),
+            "gpu_util_percent_max": max(util, default=None),
+            "gpu_memory_used_mb_max": round(max(memory) / 2**20, 1) if memory else None,
+            "sm_clock_mhz_mean": _mean(series("clock"), 1), "sm_clock_mhz_max": top,
+            "sm_clock_mhz_min": min(busy, default=None),
+            "throttled": None if not busy or top is None else min(busy) < THROTTLE_SHARE * top,
+            "power_watts_mean": _mean([mw / 1000 for mw in watts], 2),
+            "power_watts_max": round(max(watts) / 1000, 2) if watts else None}
+
+
+def _cpu_use(times: Sequence[float], cpu: Sequence[float]) -> dict:
+    """This process's CPU use in % of one core: over the region, and its busiest interval (of
+    those at least half the longest: the last, cut short by stop, is too short for a peak)."""
+    seconds = times[-1] - times[0]
+    if seconds <= 0:
+        return {}
+    steps = list(itertools.pairwise(zip(times, cpu, strict=True)))
+    longest = max(t1 - t0 for (t0, _), (t1, _) in steps)
+    rates = [(c1 - c0) / (t1 - t0) * 100 for (t0, c0), (t1, c1) in steps
+             if t1 - t0 >= longest / 2]
+    mean = (cpu[-1] - cpu[0]) / seconds * 100
+    return {"cpu_util_percent_mean": round(mean, 1),
+            "cpu_util_percent_max": round(max(rates, default=mean), 1)}
+
+
+def _reason(regions: Sequence[dict]) -> str | None:
+    """A partial region's reason, else the first, saying how many regions it is of where not all
+    have one ("4 of 5 regions: a region of 5 ms is shorter than ...")."""
+    partial = [r["reason"] for r in regions if r.get("partial")]
+    found = [r["reason"] for r in regions if r.get("reason")]
+    if partial or not found or len(found) == len(regions):
+        return (partial or found or [None])[0]
+    return f"{len(found)} of {len(regions)} regions: {found[0]}"
+
+
+def combine(results: Sequence[dict | None]) -> dict:
+    """One run-level telemetry object from per-region (per-epoch) ones."""
+    regions = [r for r in results if r is not None]
+    if not regions:
+        return unmeasured("no region was measured")
+
+    def found(field: str) -> list:
+        return [r[field] for r in regions if r.get(field) is not None]
+
+    combined = unmeasured(_reason(regions))
+    for field in TELEMETRY_FIELDS:  # by kind: highest, lowest, total, mean weighted by time
+        values = found(field)
+        if field.endswith(("_max", "_min")):
+            combined[field] = (max if field.endswith("_max") else min)(values, default=None)
+        elif field.endswith("_joules"):  # never a part-sum
+            combined[field] = round(sum(values), 3) if len(values) == len(regions) else None
+        elif field.endswith("_mean"):  # weighted by seconds, else samples, else alike
+            pairs = [(r[field], r.get("seconds") or r.get("samples") or 0) for r in regions
+                     if r.get(field) is not None]
+            total, digits = sum(w for _, w in pairs), 2 if field.startswith("power") else 1
+            combined[field] = (round(sum(v * w for v, w in pairs) / total, digits) if total > 0
+                               else _mean([value for value, _ in pairs], digits))
+    methods, names, throttled = ({r.get("energy_method") for r in regions},
+                                 found("clock_event_reasons"), set(found("throttled")))
+    combined.update(
+        source=regions[0].get("source"), partial=any(found("partial")),
+        interval_s=regions[0].get("interval_s"), samples=sum(found("samples")),
+        seconds=round(sum(found("seconds")), 6),
+        throttled=True in throttled if throttled else None,
+        energy_method=(None if None in methods else
+                       "counter" if methods == {"counter"} else "power_integral"),
+        clock_event_reasons=sorted({n for each in names for n in each}) if names else None,
+        cpu_energy_method=("rapl" if {r.get("cpu_energy_method") for r in regions} == {"rapl"}
+                           else None))
+    return combined
+
+
+def epoch_fields(results: Sequence[dict | None]) -> dict:
+    """The per-epoch lists a train record carries, None where an epoch lacks the figure."""
+    regions = [r or {} for r in results]
+    return {"epoch_energy_joules": [r.get("energy_joules") for r in regions],
+            "epoch_gpu_util_percent": [r.get("gpu_util_percent_mean") for r in regions],
+            "epoch_cpu_util_percent": [r.get("cpu_util_percent_mean") for r in regions],
+            "epoch_clock_event_reasons": [r.get("clock_event_reasons") for r in regions]}

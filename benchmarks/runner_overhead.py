@@ -24,10 +24,10 @@ from pathlib import Path
 import nbformat
 from jupyter_client.manager import KernelManager
 
-from gpubench import envs, runner
+from gpubench import backends, envs, runner
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-KERNEL = envs.kernel_name("cpu")
+KERNEL = backends.kernel_name("cpu")
 # what `gpubench run --profile quick` stores
 MANIFEST = {"run_id": "runner-overhead", "profile": "quick", "params": {}}
 

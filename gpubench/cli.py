@@ -2,22 +2,20 @@
 
 Exit codes: 0 all ok, 1 some notebook (or check) failed, 2 bad usage or input. The modules
 imported at the top need only the standard library, so a bare `python3 -m gpubench setup`
-can bootstrap everything else.
+can bootstrap everything else. SIGTERM stops every command as Ctrl-C does.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
-import importlib.util
-import json
-import os
 import sys
 import warnings
 from pathlib import Path
 
-from gpubench import __version__, envs, machine, results, runner
+from gpubench import __version__, backends, doctor, envs, results, rundir, runner
+
+TITLES = ", ".join(backends.BACKEND_TITLES.values())  # "TensorFlow, JAX, PyTorch"
 
 
 def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.ArgumentParser:
@@ -26,22 +24,22 @@ def _command(sub, name: str, summary: str, *examples: str, **kw) -> argparse.Arg
                           epilog="examples:\n" + "\n".join(f"  {e}" for e in examples), **kw)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of `gpubench` and its commands."""
+    main = argparse.ArgumentParser(
         prog="gpubench", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="How much faster does Keras run on your GPU than on your CPU? On TensorFlow "
-                    "(the book's) or JAX,\nthe backend each env's KERAS_BACKEND names.",
+                    "(the book's),\nJAX or PyTorch: the backend each env's KERAS_BACKEND names.",
         epilog="examples:\n"
                "  gpubench setup                # the CPU env (and the GPU env if a GPU is found)\n"
                "  gpubench run --profile quick  # every notebook in every env, then the report\n"
                "  gpubench run --here           # in this Python, creating no env\n"
                "  gpubench report runs/20260101-120000\n"
-               "exit codes: 0 all ok, 1 some notebook failed, 2 bad usage or input",
-    )
-    parser.add_argument("--version", action="version", version=f"gpubench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+               "exit codes: 0 all ok, 1 some notebook failed, 2 bad usage or input")
+    main.add_argument("--version", action="version", version=f"gpubench {__version__}")
+    sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = _command(sub, "run", "run every notebook in every env, then write the report",
+    run = _command(sub, "run", f"run every notebook in every env ({TITLES}), then the report",
                    "gpubench run --profile quick --envs cpu",
                    "gpubench run --notebooks performanceTest -p 'sizes=[500, 1000]' --out runs/mm",
                    "gpubench run --resume runs/mm   # finish an interrupted or failed run",
@@ -50,11 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=("full", "quick"),
                      help="full = the book's settings (default), quick = a smoke run")
     where = run.add_mutually_exclusive_group()
-    where.add_argument("--envs", help="comma-separated envs, e.g. cpu,gpu,jax-cpu (default: "
-                       "every env `gpubench envs` lists)")
+    where.add_argument("--envs", help="comma-separated envs, e.g. cpu,gpu,jax-cpu,torch-cpu "
+                       "(default: the TensorFlow envs `gpubench envs` lists)")
     where.add_argument("--here", action="store_true",
                        help="run in a kernel of the Python that runs gpubench, creating no env; "
-                            "labelled cpu, gpu, jax-cpu or jax-gpu by its backend and devices")
+                            "labelled cpu, gpu, jax-cpu, ..., torch-gpu by its backend "
+                            f"({TITLES}) and devices")
     where.add_argument("--kernel", metavar="NAME",
                        help="run in an existing Jupyter kernel (`jupyter kernelspec list`), "
                             "labelled as --here is")
@@ -86,20 +85,20 @@ def _parser() -> argparse.ArgumentParser:
     setup.add_argument("--gpu", action="store_true",
                        help="also create the GPU env even if nvidia-smi lists no GPU")
 
-    envs = _command(sub, "envs", "list the envs: backend, GPU, and the gpubench each runs",
-                    "gpubench envs")
-    envs.add_argument("--driver", nargs="?", const="", metavar="ENV",
-                      help="print only the Python that runs gpubench itself (for the Makefile)")
+    env_list = _command(sub, "envs", "list the envs: backend, GPU, and the Python and checkout "
+                        "each runs", "gpubench envs")
+    env_list.add_argument("--driver", nargs="?", const="", metavar="ENV",
+                          help="print only the Python that runs gpubench itself (for the Makefile)")
 
-    doctor = _command(sub, "doctor", "print this environment and check the GPU",
-                      "gpubench doctor", "gpubench doctor --gpu   # exit 1 unless a GPU is usable")
-    doctor.add_argument("--gpu", action="store_true", help="exit 1 unless a GPU is usable")
-    doctor.add_argument("--json", action="store_true",
-                        help="print one JSON document (the snapshot, devices, env label, "
-                             "diagnosis) and nothing else")
+    check = _command(sub, "doctor", "print this environment and check the GPU",
+                     "gpubench doctor", "gpubench doctor --gpu   # exit 1 unless a GPU is usable")
+    check.add_argument("--gpu", action="store_true", help="exit 1 unless a GPU is usable")
+    check.add_argument("--json", action="store_true",
+                       help="print one JSON document (the snapshot, devices, env label, "
+                            "diagnosis; or the error) and nothing else")
 
     cluster = "gpubench scaling --cluster 10.0.0.1:12345,10.0.0.2:12345"
-    scaling = _command(sub, "scaling", "multi-worker training with tf.distribute: local workers "
+    scaling = _command(sub, "scaling", "multi-worker training across processes: local workers "
                        "or one machine of a cluster",
                        "gpubench scaling --local-workers 2 --profile quick",
                        "# on each machine of a cluster, the same list and its own index:",
@@ -118,28 +117,30 @@ def _parser() -> argparse.ArgumentParser:
     scaling.add_argument("--replicas", type=int, metavar="N",
                          help="devices each worker trains on (default: every GPU, else the CPU)")
     scaling.add_argument("--out", help="run directory for the records (default: runs/scaling-<id>)")
-    return parser
+    return main
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gpubench` console script."""
     try:
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
     except KeyboardInterrupt:
         print("gpubench: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     # a skipped results line: "warning: PATH:LINE: skipped: why", without Python's source line
     warnings.formatwarning = lambda message, *rest, **kw: f"warning: {message}\n"
     try:
-        return _COMMANDS[args.command](args)
+        with runner.signals_stop_the_run():
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt:  # a run says how to resume it itself; anything else stops here
-        print(f"gpubench {args.command}: interrupted by {runner._Stop.reason or 'Ctrl-C'}",
+        print(f"gpubench {args.command}: interrupted by {runner.Stop.reason or 'Ctrl-C'}",
               file=sys.stderr)
         return 130
     except ModuleNotFoundError as exc:  # started by a Python without gpubench's dependencies
         if (exc.name or "gpubench").split(".")[0] == "gpubench":
             raise  # gpubench's own module: a bug, not a missing dependency
-        print(f"gpubench {args.command}: {missing_module(exc, args.command)}", file=sys.stderr)
+        print(f"gpubench {args.command}: {doctor.missing_module(exc, args.command)}",
+              file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"gpubench {args.command}: error: {exc}", file=sys.stderr)
@@ -163,114 +164,44 @@ def os_problem(exc: OSError) -> str:
     return f"{path}: {exc.strerror or exc}"
 
 
-# Modules gpubench's commands need, and what to install for them.
-_PACKAGES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "jaxlib": "JAX",
-             "torch": "PyTorch"}
-
-
-def _use_instead(name: str, command: str) -> str:
-    """What to do about module `name` missing here: in a checkout, its env's Python or `make
-    setup`; outside one (a wheel), pip install into this Python."""
-    python = sys.executable
-    if machine.checkout() is None:
-        extra = {"tensorflow": "gpubench[cpu]", "jax": "gpubench[jax]", "jaxlib": "gpubench[jax]",
-                 "torch": "gpubench[torch]"}
-        return f"install it: `{python} -m pip install '{extra.get(name, name)}'`"
-    try:
-        driver = envs.driver_python()
-    except Exception:  # noqa: BLE001 - no env yet, or conda broken: `make setup` is the way
-        driver = None
-    if driver and os.path.exists(driver) and os.path.abspath(driver) != python:
-        return f"run it with the env `make setup` created: `{driver} -m gpubench {command}`"
-    return "run `make setup`, then use `make run` or .venv/bin/gpubench"
-
-
-def missing_module(exc: ModuleNotFoundError, command: str) -> str:
-    """One line for a module this Python lacks: which env to use, `make setup`, or pip."""
-    name = (exc.name or str(exc)).split(".")[0]
-    python = sys.executable
-    use = _use_instead(name, command)
-    if name == "tensorflow":
-        backend = os.environ.get("KERAS_BACKEND") or "tensorflow (the default)"
-        jax = ("JAX is installed here: set KERAS_BACKEND=jax to use it" if
-               importlib.util.find_spec("jax") else "or set KERAS_BACKEND=jax where JAX is")
-        return (f"TensorFlow is not installed in {python}, and KERAS_BACKEND is {backend}; "
-                f"{use}; {jax}")
-    if name in ("jax", "jaxlib"):
-        return (f"JAX is not installed in {python}, and KERAS_BACKEND=jax asks for it; "
-                + (f"{envs.setup_command('jax-cpu')} makes a JAX env (kernel gpubench-jax-cpu), "
-                   f"or `{python} -m pip install jax`" if machine.checkout() else use)
-                + ", or unset KERAS_BACKEND to use TensorFlow")
-    if name == "torch":
-        return (f"PyTorch is not installed in {python}, and KERAS_BACKEND=torch asks for it; "
-                + (f"{envs.setup_command('torch-cpu')} makes a PyTorch env (kernel "
-                   f"gpubench-torch-cpu), or `{python} -m pip install torch==2.13.0`"
-                   if machine.checkout() else use)
-                + ", or unset KERAS_BACKEND to use TensorFlow")
-    return f"{_PACKAGES.get(name, name)} is not installed in {python}; {use}"
+def split_names(text: str | None) -> list[str] | None:
+    """"a,b" -> ["a", "b"]; None stays None."""
+    if text is None:
+        return None
+    if names := [part.strip() for part in text.split(",") if part.strip()]:
+        return names
+    raise runner.UsageError(f"empty list {text!r}; give comma-separated names")
 
 
 def _run(args: argparse.Namespace) -> int:
-    return runner.run(
-        profile=args.profile, env_names=runner.split_names(args.envs),
-        notebooks=runner.split_names(args.notebooks), out=args.out, resume=args.resume,
-        params=runner.parse_params(args.param), here=args.here, kernel=args.kernel,
-    )
+    return runner.run(profile=args.profile, env_names=split_names(args.envs),
+                      notebooks=split_names(args.notebooks), out=args.out, resume=args.resume,
+                      params=runner.parse_params(args.param), here=args.here, kernel=args.kernel)
 
 
 def _report(args: argparse.Namespace) -> int:
     from gpubench import report  # noqa: PLC0415
 
-    print(f"Report: {report.build(report.find_runs(args.run_dirs), args.out)}")
+    runs = report.find_runs(args.run_dirs)
+    for run_dir in runs:
+        rundir.tidy(run_dir)
+    out = Path(args.out) if args.out else runs[0]
+    try:
+        print(f"Report: {report.build(runs, args.out)}")
+    except KeyboardInterrupt:
+        print(f"gpubench report: interrupted by {runner.Stop.reason or 'Ctrl-C'}; "
+              f"{out / 'report.md'} was not written (charts made so far may be in {out}); run "
+              "the same command again", file=sys.stderr)
+        return 130
     return 0
 
 
 def _envs(args: argparse.Namespace) -> int:
-    if args.driver is None:
-        envs.use_checkout_kernels()
-    print(envs.driver_python(env=args.driver or None) if args.driver is not None
-          else envs.envs_report())
-    return 0
-
-
-def doctor_report() -> dict:
-    """What `doctor --json` prints: the environment snapshot, the devices the backend sees, the
-    env label, gpubench's version and checkout, whether TensorFlow can be imported, and the
-    diagnosis when no GPU is seen."""
-    from gpubench import devices  # noqa: PLC0415
-
-    found = {**results.environment_snapshot(), "devices": devices.list_devices(),
-             "env": results.default_env_name(), "gpubench": __version__,
-             "checkout": str(machine.project_root()),
-             "tensorflow_importable": importlib.util.find_spec("tensorflow") is not None}
-    try:
-        devices.check_gpu()
-    except devices.GPUNotAvailableError as exc:
-        found["diagnosis"] = str(exc)
-    return found
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    runner.check_backend(os.environ.get("KERAS_BACKEND"))
-    from gpubench import chapter  # noqa: PLC0415
-
-    # a framework's print must not get into the JSON document
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
-        found = doctor_report()
-    gpus = [d for d in found["devices"] if d.startswith("gpu")]
-    if args.json:
-        print(json.dumps(found, indent=1, default=str))
-        return 1 if args.gpu and not gpus else 0
-    snapshot = {k: v for k, v in found.items()
-                if k not in ("devices", "env", "tensorflow_importable", "diagnosis", "gpubench",
-                             "checkout")}
-    print(chapter.describe_environment(snapshot))
-    backend = found.get("backend") or "the backend"
-    print(f"Devices {backend} sees: {', '.join(found['devices'])} (env label {found['env']})")
-    if "diagnosis" in found:
-        print(f"GPU check: no usable GPU.\n{found['diagnosis']}")
-        return 1 if args.gpu else 0
-    print(f"GPU check: OK, {backend} uses {', '.join(gpus)}")
+    if args.driver is not None:
+        print(envs.driver_python(env=args.driver or None))
+        return 0
+    envs.use_checkout_kernels()
+    print(envs.envs_report())
     return 0
 
 
@@ -282,13 +213,13 @@ def _scaling(args: argparse.Namespace) -> int:
     if code == 0 and (args.local_workers is not None or args.index == 0):
         from gpubench.report import scaling as scaling_report  # noqa: PLC0415
 
-        found = [r for r in results.read_records(Path(args.out) / "results.jsonl")
+        found = [r for r in results.read_records(Path(args.out) / results.RESULTS_FILE)
                  if r.get("benchmark") == "scaling"]
         if found:
             print(scaling_report.table(found))
     return code
 
 
-_COMMANDS = {"run": _run, "report": _report,
-             "setup": lambda args: envs.setup(gpu=args.gpu, backends=args.backends),
-             "envs": _envs, "doctor": _doctor, "scaling": _scaling}
+COMMANDS = {"run": _run, "report": _report, "envs": _envs, "scaling": _scaling,
+            "setup": lambda args: envs.setup(gpu=args.gpu, backends=args.backends),
+            "doctor": lambda args: doctor.main(args.gpu, args.json)}

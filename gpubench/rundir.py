@@ -1,18 +1,15 @@
-"""A run directory's files: the lock that keeps it to one process, and writes that never leave
-a half-written file.
-
-RUN_DIR/run.lock is flock-ed by the process using the directory (`gpubench run`, `--resume`,
-`gpubench scaling`'s launcher or worker 0); the OS drops the lock when that process dies.
-Files are written through a temp file of this process's own and `os.replace`, so a reader
-sees the old file or the new one, and two writers never share a temp file; the process that
-takes the lock next removes the temp files of a writer killed mid-write.
-"""
+"""A run directory's file names, the lock that keeps it to one process (RUN_DIR/run.lock, dropped
+by the OS when its holder dies), writes that never leave a half-written file (.NAME.PID.tmp, then
+`os.replace`), and the kernels' connection files (jupyter_client's tmpXXXX.json, with a kernel's
+key and ports), listed in RUN_DIR/kernels.txt. What dead processes left is removed, and named,
+by the next process that takes the lock or reports on the run."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -28,6 +25,9 @@ except ImportError:  # Windows: gpubench runs in WSL2 there; no locks
 from gpubench import results
 
 LOCK = "run.lock"
+MANIFEST = "run.json"  # the job list of `gpubench run`
+KERNELS = "kernels.txt"  # "PID PATH" per line: a kernel connection file, its runner's PID
+_TEMP = re.compile(r"\..+\.(\d+)\.tmp")  # write_atomic's temp file: .NAME.PID.tmp
 
 
 class UsageError(ValueError):
@@ -48,34 +48,44 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
         os.close(fd)  # closing releases the lock
 
 
-def holder(run_dir: Path) -> str:
-    """The PID written in run.lock by the process holding it (it may still be writing it)."""
-    for _ in range(20):
-        if pid := (run_dir / LOCK).read_text().strip():
-            return pid
-        time.sleep(0.05)
-    return "unknown"
+def resume_command(run_dir: Path) -> str:
+    """`gpubench run --resume RUN_DIR`, quoted for a shell."""
+    return f"gpubench run --resume {shlex.quote(str(run_dir))}"
 
 
 def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
-    """Hold run.lock in `run_dir` until `stack` closes; a second process: UsageError naming it."""
+    """Hold run.lock in `run_dir` until `stack` closes, then tidy it; a second process:
+    UsageError naming the holder."""
     try:
         fd = stack.enter_context(locked(run_dir / LOCK, wait=False))
-    except BlockingIOError:
-        raise UsageError(f"{run_dir} is in use by another gpubench run (PID {holder(run_dir)}); "
-                         "wait for it to end, or stop it first") from None
-    except OSError as exc:
-        raise UsageError(f"cannot write in {run_dir}: {results.write_problem(exc)}; "
-                         "choose a writable --out") from None
-    try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
+    except BlockingIOError:
+        for _ in range(20):  # the holder may still be writing its PID
+            if pid := (run_dir / LOCK).read_text().strip():
+                break
+            time.sleep(0.05)
+        raise UsageError(f"{run_dir} is in use by another gpubench run (PID {pid or 'unknown'}); "
+                         "wait for it to end, or stop it first") from None
     except OSError as exc:
-        raise UsageError(f"cannot write {run_dir / LOCK}: {results.write_problem(exc)}; free "
-                         f"some space or make {run_dir} writable") from None
+        what = f"in {run_dir}" if exc.filename else str(run_dir / LOCK)
+        fix = ("choose a writable --out" if not (run_dir / MANIFEST).exists() else
+               f"copy it to a writable folder and resume the copy (`cp -r "
+               f"{shlex.quote(str(run_dir))} COPY && gpubench run --resume COPY`)")
+        raise UsageError(f"cannot write {what}: {results.write_problem(exc)}; free some space, "
+                         f"or {fix}") from None
+    tidy(run_dir)
+
+
+def tidy(run_dir: Path) -> None:
+    """Remove, and name, what dead processes left in `run_dir`: write_atomic's temp files and
+    the connection files of their kernels."""
     if removed := remove_leftovers(run_dir):
         print(f"Removed {len(removed)} temp file(s) that an interrupted writer left in {run_dir}: "
               + ", ".join(p.name for p in removed), flush=True)
+    if removed := remove_connection_files(run_dir):
+        print(f"Removed {len(removed)} connection file(s) of dead kernels of {run_dir} (each held "
+              "a kernel's key and ports): " + ", ".join(removed), flush=True)
 
 
 def _alive(pid: int) -> bool:
@@ -85,24 +95,50 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists
-        return True
+        pass
     return True
 
 
 def remove_leftovers(run_dir: Path) -> list[Path]:
-    """Remove the temp files of `write_atomic` whose writer is dead (killed mid-write); a live
-    writer's (a `gpubench report` now) stay. Returns those removed."""
+    """Remove the temp files of `write_atomic` whose writer is dead; returns those removed."""
     removed = []
     for path in sorted(run_dir.glob(".*.tmp")):
         match = _TEMP.fullmatch(path.name)
         if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 path.unlink()
                 removed.append(path)
     return removed
 
 
-_TEMP = re.compile(r"\..+\.(\d+)\.tmp")  # write_atomic's temp file: .NAME.PID.tmp
+def note_connection_file(run_dir: Path, path: str) -> None:
+    """List kernel connection file `path` in RUN_DIR/kernels.txt, as this process's."""
+    with open(run_dir / KERNELS, "a", encoding="utf-8") as listed:
+        listed.write(f"{os.getpid()} {path}\n")
+
+
+def remove_connection_files(run_dir: Path, *, ours: bool = False) -> list[str]:
+    """Remove the connection files kernels.txt lists of dead processes (`ours`: of this one, at
+    the end of its job) and their lines; returns the files that were still there."""
+    try:
+        lines = (run_dir / KERNELS).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    kept, removed, me = [], [], str(os.getpid())
+    for line in lines:
+        pid, _, path = line.partition(" ")
+        if (pid == me) != ours or (not ours and pid.isdigit() and _alive(int(pid))):
+            kept.append(line)
+            continue
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            removed.append(path)
+    with contextlib.suppress(OSError):
+        if kept:
+            write_atomic(run_dir / KERNELS, lambda tmp: tmp.write_text("\n".join(kept) + "\n"))
+        else:
+            (run_dir / KERNELS).unlink()
+    return removed
 
 
 def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
@@ -146,9 +182,8 @@ def tie_to_parent(parent: int, prctl: Callable[..., int] | None = None) -> None:
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """A Popen preexec_fn that ties the child to this process (`tie_to_parent`, set between fork
-    and exec so no moment of the child's life is untied); None off Linux, where the child
-    ties itself."""
+    """A Popen preexec_fn that ties the child to this process between fork and exec; None off
+    Linux, where the child ties itself."""
     if not sys.platform.startswith("linux"):
         return None
     parent, prctl = os.getpid(), _pdeathsig()

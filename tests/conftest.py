@@ -77,7 +77,9 @@ def cpu_kernel() -> str:
     """The registered gpubench-cpu kernel; fails (never skips) when setup has not run."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    kernel = envs.kernel_name("cpu")
+    from gpubench import backends
+
+    kernel = backends.kernel_name("cpu")
     if kernel not in KernelSpecManager().find_kernel_specs():
         pytest.fail(f"the Jupyter kernel {kernel} is not registered: run `make setup`")
     return kernel
@@ -117,18 +119,21 @@ def run_nbval(folder: Path, *paths, run_dirs=None, keep: Path | None = None,
               strict: bool = False):
     """`pytest --nbval-lax` with the shipped sanitize rules, the quick profile and synthetic
     data, as `make nbval` runs it, in `folder`; with `keep`, the notebooks as executed are
-    written there (tests/nbval_keep.py); with `strict`, `--nbval` (every output compared)."""
+    written there (tests/nbval_keep.py), and the gpubench modules each kernel loaded to
+    folder/modules (tests/nbval_modules.py); with `strict`, `--nbval` (every output compared)."""
     import subprocess
 
     env = python_env(GPUBENCH_PROFILE="quick", GPUBENCH_DATA_SOURCE="synthetic",
                      GPUBENCH_RESULTS_PATH=str(folder / "results.jsonl"),
                      GPUBENCH_RUN_DIRS=str(run_dirs or ""), GPUBENCH_RUN_ID="nbval-run",
                      GPUBENCH_NBVAL_KEEP=str(keep or ""), MPLBACKEND="Agg",
+                     GPUBENCH_NBVAL_MODULES=str(folder / "modules") if keep else "",
                      PYTHONPATH=os.pathsep.join([str(REPO / "tests"),
                                                  os.environ.get("PYTHONPATH", "")]).rstrip(":"))
     return subprocess.run([PYTHON, "-m", "pytest", "--nbval" if strict else "--nbval-lax",
                            "--nbval-sanitize-with",
-                           str(SANITIZE), "-p", "no:cacheprovider", "-p", "nbval_keep", "-q",
+                           str(SANITIZE), "-p", "no:cacheprovider", "-p", "nbval_keep",
+                           "-p", "nbval_modules", "-q",
                            *map(str, paths)],
                           cwd=folder, capture_output=True, text=True, env=env, timeout=1800)
 

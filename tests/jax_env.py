@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import envs
+from gpubench import params
 
 REPO = Path(__file__).resolve().parents[1]
 WHEELS = REPO / ".wheels"
 STAMP = WHEELS / ".gpubench-wheels"
 # A JAX run must never see these: they would let it import the checkout or another env.
-_DROPPED = ("PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "JUPYTER_PATH", "PYTHONHOME")
+DROPPED = ("PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "JUPYTER_PATH", "PYTHONHOME")
 
 
 @dataclass
@@ -112,7 +112,7 @@ def build_jax_env(base: Path) -> JaxEnv:
     python = venv / "bin" / "python"
     log += _check([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
                    str(WHEELS), f"{wheel}[jax]"], "installing gpubench[jax] with --no-index")
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", KERAS_BACKEND="jax",
                GPUBENCH_DATA_SOURCE="synthetic", PIP_NO_INDEX="1")
     return JaxEnv(venv=venv, python=python, env=env, log=log)
@@ -128,7 +128,7 @@ def report_in(env: JaxEnv, run_dir: Path, out: Path) -> str:
     """Compare_CPU_GPU run by papermill in `env`'s own Python over `run_dir`: its report.md,
     after checking that it exited 0 and stored no error output."""
 
-    notebook = envs.notebooks_dir() / "Compare_CPU_GPU.ipynb"
+    notebook = params.notebooks_dir() / "Compare_CPU_GPU.ipynb"
     executed = out / "Compare_CPU_GPU.ipynb"
     done = env.run("-m", "papermill", str(notebook), str(executed), "-k", "python3",
                    "-p", "run_dirs", str(run_dir), "-p", "out", str(out), cwd=out)

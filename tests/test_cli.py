@@ -3,10 +3,13 @@ run directory's lock, job bookkeeping, doctor, help. Faults are injected in-proc
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, python_env
-from gpubench import cli, envs, results, runner
+from gpubench import backends, cli, envs, machine, params, results, rundir, runner
 
 QUICK = ["run", "--profile", "quick", "--envs", "cpu", "--notebooks", "performanceTest"]
 
@@ -52,6 +55,25 @@ def test_unknown_parameter_lists_the_notebooks_parameters(capsys, tmp_path):
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"), "-p", "size=500")
     assert code == 2 and "unknown parameter -p size: performanceTest takes" in err
     assert "sizes, devices, repeats" in err and not (tmp_path / "r").exists()
+    assert "results_path" not in err  # the runner's own: -p refuses them, so none is offered
+
+
+def test_p_is_checked_against_the_notebook_file_that_will_run(tmp_path, monkeypatch):
+    """A notebook whose own parameters cell declares a name the book's does not (a learner's
+    copy): the runner reads the .ipynb it runs, so -p of that name is accepted and passed on."""
+    copy = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", copy)
+    path = copy / "Mnist_MLP_h1000.ipynb"
+    notebook = json.loads(path.read_text())
+    cell = next(c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]) + '\nrun_note = "none"\n'
+    path.write_text(json.dumps(notebook))
+    monkeypatch.setattr(params, "notebooks_dir", lambda: copy)
+    given = runner.parse_params(["Mnist_MLP_h1000:run_note=tried"])
+    runner.check_params(given, ["Mnist_MLP_h1000"])
+    job = runner.Job("cpu", "Mnist_MLP_h1000")
+    assert runner.job_parameters(job, tmp_path, {"profile": "quick", "params": given})[
+        "run_note"] == "tried"
 
 
 def test_parameter_of_one_notebook_is_checked_against_it(capsys, tmp_path):
@@ -85,7 +107,7 @@ def test_typo_exits_2_without_loading_tensorflow():
 
 
 def test_a_missing_notebook_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner.arguments, "notebooks_dir", lambda: tmp_path)
+    monkeypatch.setattr(params, "notebooks_dir", lambda: tmp_path)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
     assert code == 2 and f"performanceTest missing from {tmp_path}" in err and "git checkout" in err
     assert not (tmp_path / "r").exists()
@@ -147,7 +169,7 @@ def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, ch
 def test_resume_of_a_missing_notebook_names_it(capsys, tmp_path, monkeypatch):
     """A run dir made when a notebook existed that no longer does."""
     (tmp_path / "nb").mkdir()
-    monkeypatch.setattr(runner.arguments, "notebooks_dir", lambda: tmp_path / "nb")
+    monkeypatch.setattr(params, "notebooks_dir", lambda: tmp_path / "nb")
     code, _, err = _main(capsys, "run", "--resume", str(_run_dir(tmp_path / "r")))
     assert code == 2 and "performanceTest missing from" in err and "start a new run" in err
 
@@ -212,7 +234,7 @@ def test_a_run_whose_report_fails_says_how_to_write_it_later(capsys, tmp_path, m
 
     monkeypatch.setattr(report, "build", build)
     assert not (tmp_path / "results.jsonl").exists()
-    assert runner._finish_report(tmp_path) is False and calls == [[tmp_path]]
+    assert runner.loop.finish_report(tmp_path) is False and calls == [[tmp_path]]
     err = capsys.readouterr().err
     assert f"`gpubench report {tmp_path}`" in err and "--out" not in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -239,14 +261,14 @@ def test_a_held_run_directory_is_refused_naming_the_pid(capsys, tmp_path):
     finally:
         holder.kill()  # kill -9: the OS drops the lock with the process
         holder.wait()
-    with envs.locked(run_dir / runner.LOCK, wait=False):
+    with rundir.locked(run_dir / runner.LOCK, wait=False):
         pass
 
 
 def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
     """The second `run --out X` looked before the first locked; it must not take X."""
     run_dir = tmp_path / "r"
-    first, second = runner.manifest.contextlib.ExitStack(), runner.manifest.contextlib.ExitStack()
+    first, second = contextlib.ExitStack(), contextlib.ExitStack()
     with first, second:
         targets = {"cpu": runner.Target(kernel="gpubench-cpu")}
         runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
@@ -377,7 +399,7 @@ def test_a_kernel_of_another_checkout_is_skipped(tmp_path, monkeypatch, capsys):
 
 
 def test_cell_output_has_no_ansi_escapes():
-    formatter = runner._CellOutput()
+    formatter = runner.loop.CellOutput()
     formatter.prefix = "cpu/Mnist_CNN"
     record = logging.LogRecord("papermill", logging.INFO, "", 0,
                                "\x1b[1mModel: \"sequential\"\x1b[0m\n\x1b[3m Layer \x1b[0m", None, None)
@@ -398,15 +420,20 @@ def test_doctor_on_a_machine_without_a_gpu(capsys, fake_command, monkeypatch, sm
     assert _main(capsys, "doctor", "--gpu")[0] == 1
 
 
+def _help(capsys, *command: str) -> str:
+    with pytest.raises(SystemExit):
+        cli.main([*command, "--help"])
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", ["", "run", "report", "setup", "envs", "doctor", "scaling"])
-def test_every_help_has_an_example(command):
-    parser = cli._parser()
-    text = (parser._subparsers._group_actions[0].choices[command] if command else parser).format_help()
+def test_every_help_has_an_example(capsys, command):
+    text = _help(capsys, *([command] if command else []))
     assert "example" in text and f"gpubench {command}".strip() in text.split("example")[1]
 
 
-def test_report_help_says_what_it_reads_and_writes():
-    text = cli._parser()._subparsers._group_actions[0].choices["report"].format_help()
+def test_report_help_says_what_it_reads_and_writes(capsys):
+    text = _help(capsys, "report")
     assert "results.jsonl" in text and "report.md" in text and "PNG" in text and "--out" in text
 
 
@@ -416,7 +443,7 @@ def test_report_help_says_what_it_reads_and_writes():
 def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path):
     job = runner.Job("cpu", "Multi_GPU_Scaling")
     targets = {"cpu": runner.Target(kernel="gpubench-cpu", devices=["cpu"])}
-    runner._mark_unavailable([job], {"profile": profile, "named": named}, targets, {})
+    runner.loop.plan([job], {"profile": profile, "named": named}, targets, {})
     assert job.extra == expected
     assert job.status == ("skipped" if expected is None else "pending")
     if expected:
@@ -506,8 +533,8 @@ def test_here_from_a_relative_path_runs_that_python_by_its_absolute_path(
 
 @pytest.mark.parametrize("module", ["ipykernel", "keras", "papermill"])
 def test_here_without_a_package_names_it(capsys, tmp_path, monkeypatch, module):
-    real = runner.targets.importlib.util.find_spec
-    monkeypatch.setattr(runner.targets.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == module else real(name, *a))
     monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
     code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
@@ -596,8 +623,10 @@ def test_a_kernel_pins_its_backend_whatever_the_shell_says(capsys, tmp_path, mon
     """KERAS_BACKEND in the shell does not reach a gpubench-ENV kernel: its spec sets it."""
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
-        "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": "tensorflow"}}})
-    assert runner.check_envs(["cpu"])["cpu"].backend == "tensorflow"
+        "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": "tensorflow"},
+        "resource_dir": str(REPO / ".jupyter" / "kernels" / "gpubench-cpu")}})
+    targets, _ = runner.targets.for_new_run(["cpu"], False, None, ["performanceTest"], {}, [])
+    assert targets["cpu"].backend == "tensorflow"
 
 
 def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report):
@@ -607,7 +636,7 @@ def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report)
     code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
                             "performanceTest", "--out", str(tmp_path / "r"))
     jobs = json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]
-    book = sorted(e for e in envs.kernel_specs() if envs.env_backend(e) == "tensorflow")
+    book = sorted(e for e in envs.kernel_specs() if backends.env_backend(e) == "tensorflow")
     assert code == 0 and sorted(j["env"] for j in jobs) == book  # other backends when named
     assert "SKIPPED" not in stdout and len(seen) == len(jobs)
     monkeypatch.setattr(envs, "kernel_specs", dict)
@@ -696,9 +725,11 @@ def test_a_resumed_crash_runs_a_higher_attempt_and_needs_its_own_records(capsys,
 
 
 def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypatch):
+    from gpubench import report
+
     run_dir = _run_dir(tmp_path / "r")
     real_write_text = Path.write_text
-    monkeypatch.setattr(runner.loop, "_finish_report", lambda d: pytest.fail("reported"))
+    monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("reported"))
 
     def full(self, *args, **kwargs):
         if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
@@ -720,7 +751,7 @@ def test_ctrl_c_in_any_command_is_one_line(capsys, monkeypatch, command):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli._COMMANDS, command, interrupted)
+    monkeypatch.setitem(cli.COMMANDS, command, interrupted)
     code, out, err = _main(capsys, command, *(["x"] if command == "report" else []))
     assert code == 130 and err == f"gpubench {command}: interrupted by Ctrl-C\n" and out == ""
 
@@ -742,7 +773,7 @@ def test_ctrl_c_before_the_first_notebook_says_how_to_resume(capsys, tmp_path, m
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner.loop, "_mark_unavailable", interrupted)
+    monkeypatch.setattr(runner.loop, "execute", interrupted)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path / "r"))
     assert code == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -775,7 +806,7 @@ def test_an_os_error_names_the_path_and_the_operation(capsys, monkeypatch, error
     def fail(args):
         raise error
 
-    monkeypatch.setitem(cli._COMMANDS, "report", fail)
+    monkeypatch.setitem(cli.COMMANDS, "report", fail)
     code, _, err = _main(capsys, "report", "RUN")
     assert code == 2 and words in err
     if error.errno != errno.EROFS:
@@ -790,7 +821,7 @@ def test_a_missing_framework_says_which_env_to_use(capsys, monkeypatch, module, 
     def fail(args):
         raise ModuleNotFoundError(f"No module named '{module}'", name=module)
 
-    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    monkeypatch.setitem(cli.COMMANDS, "doctor", fail)
     code, _, err = _main(capsys, "doctor")
     assert code == 2 and words in err and sys.executable in err
     assert "make setup" in err and len(err.strip().splitlines()) == 1
@@ -800,7 +831,7 @@ def test_a_missing_gpubench_module_is_a_bug_not_a_missing_package(monkeypatch):
     def fail(args):
         raise ModuleNotFoundError("No module named 'gpubench.gone'", name="gpubench.gone")
 
-    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    monkeypatch.setitem(cli.COMMANDS, "doctor", fail)
     with pytest.raises(ModuleNotFoundError):
         cli.main(["doctor"])
 
@@ -951,8 +982,9 @@ def test_outside_a_checkout_a_missing_module_names_pip(capsys, monkeypatch, modu
     def fail(args):
         raise ModuleNotFoundError(f"No module named '{module}'", name=module)
 
-    monkeypatch.setattr(cli.machine, "checkout", lambda: None)
-    monkeypatch.setitem(cli._COMMANDS, "doctor", fail)
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
+    monkeypatch.setitem(cli.COMMANDS, "doctor", fail)
     code, _, err = _main(capsys, "doctor")
     assert code == 2 and words in err and sys.executable in err
     rest = err.replace(sys.executable, "PYTHON")
@@ -960,14 +992,42 @@ def test_outside_a_checkout_a_missing_module_names_pip(capsys, monkeypatch, modu
 
 
 def test_outside_a_checkout_no_env_set_up_points_to_here(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.machine, "checkout", lambda: None)
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    monkeypatch.setattr(params, "notebooks_dir", lambda: REPO / "notebooks")  # a wheel's copy
     monkeypatch.setattr(envs, "kernel_specs", lambda: {})
     code, _, err = _main(capsys, "run", "--out", str(tmp_path / "r"))
     assert code == 2 and "gpubench run --here" in err and "make " not in err
 
 
 def test_help_names_every_backend(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    out = capsys.readouterr().out
-    assert "TensorFlow" in out and "JAX" in out
+    for command in ([], ["run"]):
+        out = _help(capsys, *command)
+        assert "TensorFlow" in out and "JAX" in out and "PyTorch" in out, command
+
+
+def test_doctor_json_is_one_document_whatever_fails():
+    """KERAS_BACKEND=jax where JAX is not installed: still one JSON document, saying why."""
+    proc = subprocess.run([sys.executable, "-m", "gpubench", "doctor", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=python_env(KERAS_BACKEND="jax"))
+    found = json.loads(proc.stdout)  # nothing before or after it
+    assert proc.returncode == 1 and "JAX is not installed in" in found["error"], found
+    assert found["gpubench"] and found["python"] == sys.executable
+
+
+@pytest.mark.parametrize("how,advice", [("here", "--here or --kernel"), ("env", "--envs cpu")])
+def test_multi_gpu_scaling_skipped_on_a_backend_says_what_fits_how_the_env_is_reached(
+        monkeypatch, how, advice):
+    """A backend with no data-parallel path (torch before issue 32): a `--here` run's skip does
+    not say `--envs cpu`, which does not apply there. The rule is scaling's, in one place."""
+    from gpubench.scaling import rules
+
+    job = runner.Job("torch-cpu", "Multi_GPU_Scaling")
+    targets = {"torch-cpu": runner.Target(how=how, kernel="k", python="p", backend="torch",
+                                          devices=["cpu"])}
+    runner.loop.plan([job], {"profile": "quick"}, targets, {})
+    assert job.status == ("skipped" if rules.backend_refusal("torch") else "pending")
+    monkeypatch.setattr(rules, "PARALLEL_BACKENDS", ("tensorflow", "jax"))
+    runner.loop.plan([job], {"profile": "quick"}, targets, {})
+    assert job.status == "skipped" and advice in job.error and "PyTorch" in job.error
+    assert ("--envs" in job.error) == (how == "env")

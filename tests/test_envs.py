@@ -85,19 +85,22 @@ def root(tmp_path) -> Path:
     """A project root with copies of pyproject.toml and the environment yml files."""
     path = tmp_path / "project"
     path.mkdir()
-    for name in ("pyproject.toml", *(f"environment-{env}.yml" for env in envs.ENVS)):
+    for name in ("pyproject.toml", *(f"environment-{env}.yml" for env in backends.ENVS)):
         shutil.copy(ROOT / name, path / name)
     return path
 
 
 def registered(kernel: str, root: Path, python: str = "python",
                backend: str = "tensorflow") -> list[str]:
-    """The two registrations setup makes: this checkout's (PYTHONPATH, its .jupyter), then --user;
-    both with the same display name everywhere and the env's KERAS_BACKEND."""
-    install = (f"{python} " if python else "") + (
+    """What setup runs in an env's Python once it is installed: the check that its backend and
+    Keras import, then the two registrations: this checkout's (PYTHONPATH, its .jupyter), then
+    --user; both with the same display name everywhere and the env's KERAS_BACKEND."""
+    python = f"{python} " if python else ""
+    install = python + (
         f"-m ipykernel install --user --name {kernel} --display-name Python 3 ({kernel}) "
         f"--env KERAS_BACKEND {backend}")
-    return [f"{install} --env PYTHONPATH {root} @{root / '.jupyter'}", install]
+    return [f"{python}-c import {backend}, keras",
+            f"{install} --env PYTHONPATH {root} @{root / '.jupyter'}", install]
 
 
 def conda_registered(kernel: str, root: Path, backend: str = "tensorflow") -> list[str]:
@@ -126,7 +129,7 @@ def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tm
     assert envs.setup(root=root, echo=out.append) == 0
     assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
     # the yml's `-e .[cpu,test]` is relative to root
-    assert [cwd for cwd, _ in calls(log)[1:]] == [str(root)] * 3
+    assert [cwd for cwd, argv in calls(log)[1:] if " -c " not in argv] == [str(root)] * 3
     printed = "\n".join(out)
     assert f"$ {bin_dir / tool} {expected}" in printed
     assert "Kernels registered: gpubench-cpu" in printed
@@ -147,7 +150,7 @@ def test_conda_gpu_env_only_when_gpu_found_or_asked(bin_dir, root, tmp_path, smi
     if gpu or smi == "gpu":
         assert "env create -f environment-gpu.yml" in lines
         assert set(conda_registered("gpubench-gpu", root)) <= set(lines)
-        assert lines.index(register_cpu[1]) < lines.index("env create -f environment-gpu.yml")
+        assert lines.index(register_cpu[-1]) < lines.index("env create -f environment-gpu.yml")
     else:
         assert not any("gpu" in line.replace("gpubench-cpu", "").replace(str(root), "")
                        for line in lines), lines
@@ -287,6 +290,63 @@ def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path
     assert stamp_file.read_text().strip() == stamp_digest(root)
 
 
+def _checked_python(root: Path, dirname: str, log: Path, imports: str) -> Path:
+    """A venv python that logs its argv and fails the backend's import check unless `imports`
+    ("always", "after pip": once `-m pip` has run, "never")."""
+    done = log.with_suffix(".pip-ran")
+    fails = {"never": "true", "after pip": f"[ ! -e {shlex.quote(str(done))} ]",
+             "always": "false"}[imports]
+    return write_script(root / dirname / "bin" / "python",
+                        f'printf "%s\\t%s%s\\n" "$PWD" "$*" "{JDD}" >> {shlex.quote(str(log))}\n'
+                        f'if [ "$1 $2" = "-m pip" ]; then : > {shlex.quote(str(done))}; exit 0; fi\n'
+                        f'if [ "$1" = -c ] && {fails}; then\n'
+                        '  echo "ModuleNotFoundError: No module named \'torch\'" >&2; exit 1\nfi\n')
+
+
+def test_a_stamped_venv_whose_backend_does_not_import_is_repaired(bin_dir, root, tmp_path,
+                                                                  monkeypatch):
+    """Issue 33: torch removed from a torch venv whose stamp is current: setup checks the import,
+    says why, runs pip again, checks again, and registers the kernel."""
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    log = tmp_path / "python.log"
+    _checked_python(root, ".venv-torch", log, "after pip")
+    (root / ".venv-torch" / ".gpubench-installed").write_text(stamp_digest(root) + "\n")
+    out: list[str] = []
+    assert envs.setup(backends="torch", root=root, echo=out.append) == 0, "\n".join(out)
+    assert argvs(log) == ["-c import torch, keras", "-m pip install -e .[torch,test]",
+                          *registered("gpubench-torch-cpu", root, python="", backend="torch")]
+    assert (".venv-torch: its stamp says gpubench[torch,test] is installed, but `import torch, "
+            "keras` fails there (ModuleNotFoundError: No module named 'torch'): running pip "
+            "again") in "\n".join(out)
+    assert (root / ".venv-torch" / ".gpubench-installed").read_text().strip() == stamp_digest(root)
+
+
+def test_a_venv_whose_backend_still_does_not_import_after_pip_fails_saying_how_to_start_again(
+        bin_dir, root, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBENCH_CONDA", "none")
+    log = tmp_path / "python.log"
+    _checked_python(root, ".venv-torch", log, "never")
+    out: list[str] = []
+    assert envs.setup(backends="torch", root=root, echo=out.append) == 1
+    printed = "\n".join(out)
+    assert "setup failed: .venv-torch is broken after pip install: `import torch, keras` fails" \
+        in printed
+    assert f"rm -rf {root / '.venv-torch'} && python3 -m gpubench setup" in printed
+    assert not (root / ".venv-torch" / ".gpubench-installed").exists()
+    assert "ipykernel install" not in " ".join(argvs(log))
+
+
+def test_a_conda_env_whose_backend_does_not_import_is_named(bin_dir, root, tmp_path):
+    log = tmp_path / "conda.log"
+    fake_conda(bin_dir, "conda", log, ENVS_PRESENT, fail_on="-c import tensorflow")
+    out: list[str] = []
+    assert envs.setup(root=root, echo=out.append) == 1
+    printed = "\n".join(out)
+    assert "setup failed: conda env gpubench-cpu is broken: `import tensorflow, keras` fails " \
+           "there (fake failure)" in printed
+    assert "env remove -y -n gpubench-cpu" in printed and "ipykernel" not in argvs(log)[-1]
+
+
 def test_venv_pip_failure_stops_and_leaves_no_stamp(bin_dir, root, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     log = tmp_path / "python.log"
@@ -353,7 +413,7 @@ def test_venv_jax_backend_makes_the_jax_envs_never_the_tensorflow_gpu_env(bin_di
                                                                           monkeypatch):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     fake_nvidia_smi(bin_dir, "gpu")
-    logs = {env: tmp_path / f"{env}.log" for env in envs.ENVS}
+    logs = {env: tmp_path / f"{env}.log" for env in backends.ENVS}
     for env, log in logs.items():
         fake_venv(root, envs.VENV_DIRS[env], log)
     out: list[str] = []
@@ -371,7 +431,7 @@ def test_venv_both_backends_cpu_envs_first(bin_dir, root, tmp_path, monkeypatch)
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     fake_nvidia_smi(bin_dir, "missing")
     log = tmp_path / "all.log"  # one log: the order of the steps across envs
-    for env in envs.ENVS:
+    for env in backends.ENVS:
         fake_venv(root, envs.VENV_DIRS[env], log)
     out: list[str] = []
     assert envs.setup(False, "tensorflow,jax", root=root, echo=out.append) == 0
@@ -407,20 +467,21 @@ def test_unsupported_backend_is_refused_before_anything_runs(bin_dir, root, tmp_
 def test_env_names_backends_and_gpu_envs():
     assert [backends.env_label(b, g) for b in ("tensorflow", "jax", "torch")
             for g in (False, True)] == ["cpu", "gpu", "jax-cpu", "jax-gpu", "torch-cpu", "torch-gpu"]
-    assert [envs.env_backend(e) for e in envs.ENVS] == ["tensorflow", "tensorflow", "jax", "jax",
+    assert [backends.env_backend(e) for e in backends.ENVS] == ["tensorflow", "tensorflow", "jax", "jax",
                                                        "torch", "torch"]
-    assert envs.env_backend("cpu-noonednn") == "tensorflow"
+    assert backends.env_backend("cpu-noonednn") == "tensorflow"
     gpu_envs = ["gpu", "gpu-2", "jax-gpu", "jax-gpu-a100", "torch-gpu"]
-    assert all(envs.is_gpu_env(e) for e in gpu_envs)
-    assert not any(envs.is_gpu_env(e) for e in ["cpu", "jax-cpu", "cpu-gpuless", "jax-cpugpu",
+    assert all(backends.is_gpu_env(e) for e in gpu_envs)
+    assert not any(backends.is_gpu_env(e) for e in ["cpu", "jax-cpu", "cpu-gpuless", "jax-cpugpu",
                                                 "torch-cpu"])
     assert envs.parse_backends(" jax , tensorflow,jax") == ("jax", "tensorflow")
-    assert set(envs.SETUP_COMMANDS) == set(envs.ENVS)
+    assert all(envs.setup_command(e).startswith("`make setup") for e in backends.ENVS)
+    assert set(envs.VENV_DIRS) == set(envs.EXTRAS) == set(backends.ENVS)
 
 
 def test_display_names_are_the_same_in_every_checkout(root, tmp_path):
-    names = {envs.display_name(env) for env in envs.ENVS}
-    assert len(names) == len(envs.ENVS)
+    names = {envs.display_name(env) for env in backends.ENVS}
+    assert len(names) == len(backends.ENVS)
     assert not any(str(root) in name or str(ROOT) in name for name in names)
     assert envs.display_name("cpu") == "Python 3 (gpubench-cpu)"
 
@@ -435,7 +496,9 @@ def test_driver_python_falls_back_to_the_jax_env(bin_dir, root, monkeypatch):
 
 def real_venv(clone: Path, dirname: str = ".venv") -> None:
     """A venv whose pip install is done (setup only registers its kernel), running this Python."""
-    write_script(clone / dirname / "bin" / "python", f'exec {sys.executable} "$@"\n')
+    write_script(clone / dirname / "bin" / "python",  # its import check passes: no pip needed
+                 f'if [ "$1" = -c ] && [[ "$2" == import* ]]; then exit 0; fi\n'
+                 f'exec {sys.executable} "$@"\n')
     (clone / dirname / ".gpubench-installed").write_text(stamp_digest(clone))
 
 
@@ -447,7 +510,7 @@ def test_real_registration_sets_backend_display_name_and_checkout(root, tmp_path
         real_venv(root, envs.VENV_DIRS[env])
     assert envs.setup(backends="tensorflow,jax", root=root, echo=lambda line: None) == 0
     for env, backend in (("cpu", "tensorflow"), ("jax-cpu", "jax")):
-        kernel = envs.kernel_name(env)
+        kernel = backends.kernel_name(env)
         mine = json.loads((root / ".jupyter" / "kernels" / kernel / "kernel.json").read_text())
         user_spec = tmp_path / "user-jupyter" / "kernels" / kernel / "kernel.json"
         user = json.loads(user_spec.read_text())
@@ -475,7 +538,7 @@ def test_unwritable_user_jupyter_dir_is_a_warning(root, tmp_path, monkeypatch, b
 
 
 def test_names_and_root():
-    assert envs.kernel_name("cpu") == "gpubench-cpu"
+    assert backends.kernel_name("cpu") == "gpubench-cpu"
     assert (machine.project_root() / "pyproject.toml").is_file()
     assert (machine.project_root() / "environment-gpu.yml").is_file()
 
@@ -620,7 +683,7 @@ def test_report_with_no_kernels(jupyter_dir, monkeypatch, smi):
     monkeypatch.setattr(machine, "nvidia_smi_gpus", lambda: smi)
     report = envs.envs_report()
     assert "no gpubench kernels are registered" in report
-    for env in envs.ENVS:
+    for env in backends.ENVS:
         assert f"{env}: not set up" in report
     assert ("make setup GPU=1" in report) == bool(smi)
     assert ("make setup GPU=1 BACKENDS=tensorflow,jax" in report) == bool(smi)
@@ -645,7 +708,7 @@ def test_real_kernel_probe_and_report(jupyter_dir, monkeypatch):
     assert info["tensorflow"].startswith("2.21")
     assert info["cuda_build"] is False and info["gpus"] == []
     assert info["python"].startswith("3.11") and info["executable"] == sys.executable
-    monkeypatch.setattr(envs.probing, "probe_env", lambda env, timeout=120: info)  # TensorFlow loads once
+    monkeypatch.setattr(envs.kernels, "probe_env", lambda env, timeout=120: info)  # TensorFlow loads once
     report = envs.envs_report()
     row = next(line for line in report.splitlines() if line.startswith("cpu "))
     assert re.search(r"gpubench-cpu +tensorflow +2\.21\.\d+ +GPU: no ", row), row
@@ -711,7 +774,7 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
     log = tmp_path / "python.log"
     new_python = fake_venv(tmp_path / "made", ".venv", log)  # what the rebuild puts in place
     maker = write_script(tmp_path / "python3",
-                         f'printf "%s\\t%s\\n" "$PWD" "$*" >> {shlex.quote(str(log))}\n'
+                         f'printf "%s\\t%s%s\\n" "$PWD" "$*" "{JDD}" >> {shlex.quote(str(log))}\n'
                          'dir="${@: -1}"; /bin/rm -rf "$dir"; /bin/mkdir -p "$dir/bin"\n'
                          f'/bin/cp {shlex.quote(str(new_python))} "$dir/bin/python"\n')
     monkeypatch.setattr(sys, "executable", str(maker))
@@ -737,19 +800,34 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
 def test_setup_command_fits_where_gpubench_runs(monkeypatch, env, inside, outside):
     assert envs.setup_command(env).startswith(inside)
     monkeypatch.setattr(machine, "checkout", lambda: None)
+    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
     assert envs.setup_command(env) == outside
 
 
-def test_no_gpu_hint_names_the_backends_own_gpu_env(monkeypatch):
-    """The JAX env's no-GPU line names gpubench-jax-gpu, never the TensorFlow kernel."""
-    assert envs.no_gpu_hint("jax").startswith(
-        "Run this notebook in the gpubench-jax-gpu kernel: `make setup GPU=1 BACKENDS=tensorflow,"
-        "jax`")
-    assert "gpubench-gpu kernel: `make setup GPU=1`" in envs.no_gpu_hint("tensorflow")
+def test_outside_a_checkout_the_hint_installs_from_where_gpubench_came_from(monkeypatch,
+                                                                           tmp_path):
+    """A wheel file is what pip must be given (`gpubench[gpu]` alone cannot resolve from it):
+    the source is the one PEP 610's direct_url.json records, here this editable checkout."""
+    assert envs.install_source() == str(ROOT)
+    wheel = tmp_path / "gpubench-1.0-py3-none-any.whl"
     monkeypatch.setattr(machine, "checkout", lambda: None)
-    hint = envs.no_gpu_hint("jax")
-    assert hint.startswith("Run this notebook where JAX sees a GPU: `pip install "
-                           "'gpubench[jax-gpu]'`") and "make " not in hint
+    monkeypatch.setattr(envs.names, "install_source", lambda: str(wheel))
+    assert envs.setup_command("gpu") == (f"`pip install '{wheel}[gpu]'` in a Python of its own, "
+                                         "then `gpubench run --here` in that Python")
+
+
+def test_outside_a_checkout_a_kernel_of_a_clone_is_named(jupyter_dir, tmp_path, monkeypatch):
+    """`gpubench envs` of a wheel says which checkout each kernel runs, and that it is not this
+    gpubench."""
+    clone = tmp_path / "clone"
+    python = fake_doctor(tmp_path / "python", {**JAX_GPU, "checkout": str(clone)})
+    write_kernel(jupyter_dir, "gpubench-jax-gpu", str(python), env={"KERAS_BACKEND": "jax"})
+    monkeypatch.setattr(machine, "checkout", lambda: None)
+    report = envs.envs_report()
+    assert (f"WARNING: gpubench-jax-gpu: runs the gpubench of {clone}, not this one "
+            f"({machine.project_root()}); `gpubench run --here` runs in this Python instead") \
+        in report, report
+    assert "make " not in report
 
 
 def test_report_outside_a_checkout_calls_nothing_this_checkout(jupyter_dir, tmp_path,
@@ -769,6 +847,7 @@ def test_missing_jupyter_client_names_the_set_up_command_where_the_user_is(monke
 
     monkeypatch.setitem(sys.modules, "jupyter_client.kernelspec", None)  # its import fails
     monkeypatch.setattr(machine, "checkout", lambda: None)
+    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
     with pytest.raises(envs.EnvError) as outside:
         envs.kernel_specs()
     monkeypatch.setattr(machine, "checkout", lambda: ROOT)

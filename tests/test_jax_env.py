@@ -4,6 +4,7 @@ venv that has JAX and no TensorFlow, then every notebook once through `gpubench 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -38,6 +39,16 @@ def test_doctor_in_the_jax_env_names_jax_and_no_tensorflow(jax_env):  # noqa: F8
     assert info["tensorflow_importable"] is False
     assert info["devices"] and all(not d.startswith("gpu") for d in info["devices"])
     assert info["diagnosis"]  # no GPU seen: it says why
+
+
+def test_doctor_json_is_one_document_when_jax_cannot_start_its_platform(jax_env):  # noqa: F811
+    """JAX_PLATFORMS=cuda on a machine without CUDA: doctor --json still prints one JSON
+    document, whose error names the platform (the runner and `gpubench envs` read it)."""
+    done = subprocess.run([str(jax_env.python), "-m", "gpubench", "doctor", "--json"],
+                          env={**jax_env.env, "JAX_PLATFORMS": "cuda"}, cwd=jax_env.venv,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    found = json.loads(done.stdout)  # nothing before or after it
+    assert done.returncode == 1 and "cuda" in found["error"].lower(), found
 
 
 def test_every_notebook_runs_here_on_jax(jax_run):  # noqa: F811

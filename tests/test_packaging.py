@@ -96,9 +96,9 @@ def test_env_file_installs_the_project_with_its_extra(env, extra):
 
 def test_envs_module_and_env_files_agree():
     """setup installs each env with the extra its yml file names, and every env has a yml."""
-    from gpubench import envs
+    from gpubench import backends, envs
 
-    assert envs.EXTRAS == ENV_EXTRAS and set(envs.ENVS) == set(ENV_EXTRAS)
+    assert envs.EXTRAS == ENV_EXTRAS and set(backends.ENVS) == set(ENV_EXTRAS)
     assert sorted(p.name for p in REPO.glob("environment-*.yml")) == sorted(YML_FILES)
 
 
@@ -150,7 +150,7 @@ def test_test_extra_has_the_linter_and_hypothesis():
 
 def test_wheel_ships_the_notebooks_where_envs_finds_them():
     """A wheel installs the notebooks into <prefix>/share/gpubench/notebooks, the folder
-    envs.notebooks_dir() uses outside a checkout."""
+    params.notebooks_dir() uses outside a checkout."""
     data = _pyproject()["tool"]["setuptools"]["data-files"]
     assert "notebooks/*.ipynb" in data["share/gpubench/notebooks"]
 
@@ -362,3 +362,10 @@ def test_a_wheel_outside_the_checkout_runs_here_into_the_users_folder(tmp_path):
     for path in printed:
         assert (user / path).exists(), f"{path} does not open from {user}"
     assert "make " not in output
+    # issue 33: the hint to make an env installs the wheel gpubench came from (a bare
+    # `pip install 'gpubench[cpu]'` cannot resolve for a package installed from a wheel file)
+    listed = subprocess.run(["gpubench", "envs"], cwd=user, capture_output=True, text=True,
+                            env={**env, "JUPYTER_DATA_DIR": str(tmp_path / "no-kernels")},
+                            timeout=300, stdin=subprocess.DEVNULL)
+    (wheel,) = (tmp_path / "dist").glob("gpubench-*.whl")
+    assert f"pip install '{wheel}[cpu]'" in listed.stdout, listed.stdout + listed.stderr

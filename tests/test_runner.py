@@ -14,7 +14,6 @@ import pytest
 
 from conftest import QUICK_RUN_NOTEBOOKS, REPO, python_env
 from gpubench import params, results
-from gpubench.machine import ENVS_HINT
 from gpubench_cli import RUN, kernel_like, run_gpubench
 
 pytestmark = pytest.mark.slow
@@ -35,7 +34,7 @@ def test_quick_run_writes_the_whole_run_directory(quick_run):
         assert (quick_run / png).stat().st_size > 1000, png
     report = (quick_run / "report.md").read_text()
     assert "## Training: the book's table" in report and "## Matrix multiplication" in report
-    assert ENVS_HINT in report  # only the CPU env: says how to add the GPU env
+    assert "reference/h200-jax" in report  # only the CPU env: says what a GPU would give
     assert "**(synthetic)**" in report
     assert re.search(r"^!\[[^]]+\]\(matmul_time\.png\)$", report, re.M)  # the chart, named
 
@@ -332,7 +331,7 @@ def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
     assert cmd[0] == sys.executable and cmd[-2:] == [
         f"--IPKernelApp.exec_lines={runner.PLAIN_RICH_TEXT}", "--IPKernelApp.capture_fd_output=False"]
     if sys.platform.startswith("linux"):
-        assert callable(kw["preexec_fn"])  # machine.die_with_parent, run between fork and exec
+        assert callable(kw["preexec_fn"])  # rundir.die_with_parent, run between fork and exec
 
 
 def test_a_checkout_on_sys_path_without_the_entry_point_still_gets_the_provisioner(
@@ -356,5 +355,5 @@ def test_a_checkout_on_sys_path_without_the_entry_point_still_gets_the_provision
 def test_eta_is_tqdm_s_clock_scaled_by_the_work_done():
     from gpubench.runner import loop
 
-    assert loop._eta(65, 0, 200) == "(elapsed 01:05, about 03:20 left)"  # nothing done: estimate
-    assert loop._eta(60, 30, 90) == "(elapsed 01:00, about 02:00 left)"
+    assert loop.eta(65, 0, 200) == "(elapsed 01:05, about 03:20 left)"  # nothing done: estimate
+    assert loop.eta(60, 30, 90) == "(elapsed 01:00, about 02:00 left)"

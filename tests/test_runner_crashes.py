@@ -65,8 +65,10 @@ def _processes_of_run(run_id: str) -> list[int]:
 def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     """kill -9 of the runner mid-sweep (the quick profile's sizes): no record is written after
     it, no kernel is left, the run directory is not left locked, and run.json holds the claimed
-    attempt 1 as "running", and no gpubench-kernel-* folder is left in the temp dir. The resume
-    runs attempt 2: no (attempt, device, dtype, size, method) is recorded twice."""
+    attempt 1 as "running", and no gpubench-kernel-* folder is left in the temp dir; the kernel's
+    connection file, which kill -9 leaves there, is listed in the run dir. The resume removes it
+    (naming it) and runs attempt 2: no (attempt, device, dtype, size, method) is recorded
+    twice."""
     run_dir = _prepared_run(tmp_path / "r", {})
     (tmp_path / "tmp").mkdir()
     runner_proc = _start(["--resume", str(run_dir)], TMPDIR=str(tmp_path / "tmp"))
@@ -80,9 +82,11 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     assert results_file.stat().st_size == size
     assert _processes_of_run("20261203T000000Z-test00") == []
     assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))
-    from gpubench import envs, runner
+    left = list((tmp_path / "tmp").glob("tmp*.json"))  # the dead kernel's key and ports
+    assert left and (run_dir / "kernels.txt").read_text().count(".json") == len(left)
+    from gpubench import rundir, runner
 
-    with envs.locked(run_dir / runner.LOCK, wait=False):
+    with rundir.locked(run_dir / runner.LOCK, wait=False):
         pass
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("running", 1)
@@ -93,6 +97,7 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
 
     resumed = run_gpubench(["--resume", str(run_dir)], timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert not [p for p in left if p.exists() or str(p) not in resumed.stdout]
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("ok", 2)
     records = results.read_records(run_dir)

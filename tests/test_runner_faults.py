@@ -76,8 +76,8 @@ DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.mark.parametrize("change,field", [
     ({"envs": {"cpu": {**CPU_ENV, "devices": ["cpu", 5]}}}, 'envs.cpu.devices is ["cpu", 5]'),
     ({"envs": {"cpu": {**CPU_ENV, "tensorflow_importable": "yes"}}},
-     "envs.cpu.tensorflow_importable is 'yes': wrong type: expected bool or null"),
-    ({"envs": {"cpu": {**CPU_ENV, "how": 5}}}, "envs.cpu.how is 5: wrong type"),
+     "envs.cpu.tensorflow_importable is 'yes': expected true or false or null"),
+    ({"envs": {"cpu": {**CPU_ENV, "how": 5}}}, "envs.cpu.how is 5: expected one of env, kernel, here"),
     ({"envs": {"cpu": CPU_ENV, "gpu": ["x"]}}, 'envs.gpu is ["x"]'),
 ])
 def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch, change, field):
@@ -89,19 +89,20 @@ def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch,
 
 def test_run_json_schema_is_valid_and_declares_what_the_runner_writes():
     """gpubench/schemas/run.schema.json is a draft 2020-12 schema whose job and env entries are
-    the fields of runner.Job and of Target.saved(), and whose statuses are the runner's."""
-    from dataclasses import fields
+    the fields of runner.Job and of Target, and whose statuses are the runner's."""
+    from dataclasses import asdict, fields
 
     import jsonschema
 
-    from gpubench.runner.manifest import JOB_STATUSES, MANIFEST_SCHEMA, RUN_SCHEMA, Job
+    from gpubench.runner.manifest import MANIFEST_SCHEMA, RUN_SCHEMA, Job
     from gpubench.runner.targets import Target
 
     jsonschema.Draft202012Validator.check_schema(RUN_SCHEMA)
     job, target = RUN_SCHEMA["$defs"]["job"], RUN_SCHEMA["$defs"]["target"]
     assert [f.name for f in fields(Job)] == list(job["properties"])
-    assert list(Target().saved()) == list(target["properties"])
-    assert JOB_STATUSES == ("pending", "running", "ok", "failed", "skipped", "interrupted")
+    assert list(asdict(Target())) == list(target["properties"])
+    assert tuple(job["properties"]["status"]["enum"]) == (
+        "pending", "running", "ok", "failed", "skipped", "interrupted")
     assert MANIFEST_SCHEMA == 2
 
 
@@ -204,3 +205,189 @@ def test_a_job_makes_no_temp_folder_a_killed_runner_would_leave(tmp_path, monkey
     runner.execute(jobs[0], run_dir, manifest, jobs)
     assert seen == [(runner.HERE_KERNEL, sys.executable, [])]
     assert (jobs[0].status, jobs[0].error) == ("failed", "RuntimeError: Kernel died")
+
+
+# ---- issue 33: run.json that is a symlink loop or nested too deep is bad input
+
+def test_run_json_that_is_a_symlink_loop_names_the_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "run.json").symlink_to("run.json")  # a loop: it points at itself
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"cannot read {run_dir / 'run.json'}: Too many levels of symbolic links" in err, err
+
+
+@pytest.mark.parametrize("depth", [500, 900])
+def test_run_json_nested_hundreds_deep_names_the_field(capsys, tmp_path, monkeypatch, depth):
+    """jobs[0].extra nested 500-900 deep: json reads it, but its check recursed past Python's
+    limit (exit 1, naming no file); now exit 2 naming file and field."""
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = _run_dir(tmp_path / "r")
+    text = (run_dir / "run.json").read_text().replace(
+        '"attempt": 0}', '"attempt": 0, "extra": ' + "[" * depth + "]" * depth + "}", 1)
+    (run_dir / "run.json").write_text(text)
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{run_dir / 'run.json'}: jobs[0].extra is nested deeper than" in err, err
+
+
+# ---- issue 33: an attempt is always new
+
+def test_a_stale_run_json_attempt_never_reuses_an_attempt_on_disk(capsys, tmp_path, monkeypatch):
+    """run.json says attempt 0 while results.jsonl holds records of attempt 1: the resume runs
+    attempt 2, so no record is doubled under one attempt."""
+    from gpubench import results
+
+    run_dir = _run_dir(tmp_path / "r", notebooks=("performanceTest",))
+    record = results.make_record("matmul", notebook="performanceTest", env="cpu", device="cpu",
+                                 environment=dict.fromkeys(results.ENVIRONMENT_FIELDS), size=64,
+                                 dtype="float32", method="book", seconds=0.1, seconds_min=0.1,
+                                 seconds_max=0.1, repeats=1, gflops=1.0)
+    (run_dir / "results.jsonl").write_text(json.dumps({**record, "attempt": 1}) + "\n")
+    claimed = []
+
+    def execute_notebook(*args, **kwargs):
+        claimed.append(json.loads((run_dir / "run.json").read_text())["jobs"][0]["attempt"])
+        raise RuntimeError("Kernel died")
+
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    monkeypatch.setattr(report, "build", lambda dirs, out=None: Path(dirs[0]) / "report.md")
+    code, _, _ = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 1 and claimed == [2]
+
+
+# ---- issue 33: a kernel's connection file never outlives its job or its runner
+
+def test_a_jobs_connection_file_is_listed_and_removed_however_the_job_ends(tmp_path,
+                                                                        monkeypatch):
+    """The kernel dies without jupyter_client's clean-up: its tmpXXXX.json (key and ports) is
+    listed in RUN_DIR/kernels.txt while it runs, and removed when the job ends."""
+    import asyncio
+
+    import papermill
+
+    seen = {}
+
+    def execute_notebook(source, output, parameters, kernel_manager_class, kernel_name, **kw):
+        manager = kernel_manager_class(kernel_name=kernel_name)
+        asyncio.run(manager.pre_start_kernel())  # writes the connection file, as a start does
+        seen["file"] = Path(manager.connection_file)
+        seen["listed"] = (tmp_path / "r" / "kernels.txt").read_text()
+        raise RuntimeError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    run_dir = _run_dir(tmp_path / "r")
+    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
+    jobs = runner.check_manifest(manifest, run_dir / runner.MANIFEST)
+    runner.execute(jobs[0], run_dir, manifest, jobs)
+    assert seen["listed"] == f"{os.getpid()} {seen['file']}\n"
+    assert jobs[0].status == "failed" and not seen["file"].exists()
+    assert not (run_dir / "kernels.txt").exists()
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+@pytest.mark.parametrize("command", ["resume", "report"])
+def test_resume_and_report_remove_the_connection_files_of_dead_kernels(capsys, tmp_path,
+                                                                      monkeypatch, command):
+    """What kill -9 of a runner leaves: its kernels' connection files, listed in kernels.txt.
+    The next --resume or report removes those of dead runners, naming them; a live one's stay."""
+    run_dir = _run_dir(tmp_path / "r")
+    dead, live = tmp_path / "tmp1a2b.json", tmp_path / "tmp3c4d.json"
+    for path in (dead, live):
+        path.write_text('{"key": "secret"}')
+    (run_dir / "kernels.txt").write_text(f"{_dead_pid()} {dead}\n{os.getppid()} {live}\n")
+    monkeypatch.setattr(runner.loop, "execute", lambda job, *a: setattr(job, "status", "ok")
+                        or setattr(job, "seconds", 1.0))
+    monkeypatch.setattr(report, "build", lambda dirs, out=None: Path(dirs[0]) / "report.md")
+    argv = ["run", "--resume", str(run_dir)] if command == "resume" else ["report", str(run_dir)]
+    code, out, _ = _main(capsys, *argv)
+    assert code == 0 and not dead.exists() and live.exists()
+    assert (f"Removed 1 connection file(s) of dead kernels of {run_dir} (each held a kernel's "
+            f"key and ports): {dead}") in out
+    assert (run_dir / "kernels.txt").read_text() == f"{os.getppid()} {live}\n"
+
+
+# ---- issue 33: advice that can be followed
+
+def test_the_resume_command_printed_is_shell_quoted(capsys, tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.loop, "execute", interrupted)
+    run_dir = _run_dir(tmp_path / "my runs" / "r 1")
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 130 and f"Finish the run with: gpubench run --resume '{run_dir}'" in err
+
+
+def test_a_deleted_kernel_of_the_users_own_is_registered_again_by_the_advice(capsys, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = _run_dir(tmp_path / "r", envs={"cpu": {**CPU_ENV, "kernel": "my-gone-kernel",
+                                                     "python": "/opt/my env/bin/python"}})
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("envs.cpu.kernel 'my-gone-kernel' is no longer a Jupyter kernel; register it again "
+            "(`'/opt/my env/bin/python' -m ipykernel install --user --name my-gone-kernel`)") \
+        in err and "make setup" not in err
+
+
+def test_a_read_only_run_dir_is_resumed_from_a_copy(capsys, tmp_path, monkeypatch):
+    """"choose a writable --out" cannot be followed with --resume: the advice says to copy."""
+    import errno
+
+    run_dir = _run_dir(tmp_path / "r")
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if str(path).startswith(str(run_dir)) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and f"cannot write in {run_dir}: the file system is read-only" in err
+    assert (f"copy it to a writable folder and resume the copy (`cp -r {run_dir} COPY && "
+            "gpubench run --resume COPY`)") in err and "--out" not in err
+
+
+def test_sigterm_of_report_says_what_was_written(capsys, tmp_path, monkeypatch):
+    def build(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+        pytest.fail("not interrupted")
+
+    monkeypatch.setattr(report, "build", build)
+    code, _, err = _main(capsys, "report", str(_run_dir(tmp_path / "r")))
+    assert code == 130 and len(err.strip().splitlines()) == 1
+    assert (f"gpubench report: interrupted by SIGTERM; {tmp_path / 'r' / 'report.md'} was not "
+            "written") in err
+
+
+# ---- issue 33: -p refused before any kernel
+
+@pytest.mark.parametrize("item,words", [
+    (":epochs=3", "bad --param ':epochs=3'"),
+    ("performanceTest:repeats=100000000000000000000000", "repeats=100000000000000000000000 is "
+                                                         "above"),
+    ("Mnist_MLP_h1000:epochs=1000000000", "epochs=1000000000 is above"),
+])
+def test_an_empty_notebook_name_or_a_count_no_machine_finishes_is_refused(capsys, tmp_path,
+                                                                        monkeypatch, item, words):
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    code, _, err = _main(capsys, "run", "--envs", "cpu", "--notebooks",
+                         "performanceTest,Mnist_MLP_h1000", "--out", str(tmp_path / "r"),
+                         "-p", item)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpubench import envs
-from jax_env import _DROPPED, JAX_RUN_PARAMS, JaxEnv, JaxRun, run_here
+from jax_env import DROPPED, JAX_RUN_PARAMS, JaxEnv, JaxRun, run_here
 
 REPO = Path(__file__).resolve().parents[1]
 TorchEnv = JaxEnv  # the same shape: a venv's python and the environment to run it in
@@ -42,7 +42,7 @@ def _python() -> Path:
 
 def torch_environment(python: Path) -> TorchEnv:
     """The torch-cpu env with KERAS_BACKEND=torch and synthetic data, outside the checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
     env.update(PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}", KERAS_BACKEND="torch",
                GPUBENCH_DATA_SOURCE="synthetic")
     return TorchEnv(venv=python.parent.parent, python=python, env=env)

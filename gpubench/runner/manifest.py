@@ -9,16 +9,15 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpubench import backends, envs, results, rundir, schema
+from gpubench import backends, results, rundir, schema
 from gpubench import params as nb_params
-from gpubench.rundir import LOCK, UsageError, lock_run_dir
+from gpubench.rundir import LOCK, MANIFEST, UsageError, lock_run_dir
 from gpubench.runner.arguments import NEW_RUN, check_notebooks, check_params
 from gpubench.runner.targets import Target
 
-MANIFEST = "run.json"
 RUN_SCHEMA = schema.load("run")  # run.json's one declaration: gpubench/schemas/run.schema.json
 MANIFEST_SCHEMA = max(RUN_SCHEMA["properties"]["schema"]["enum"])  # 2: "envs", status "running"
-JOB_STATUSES = tuple(RUN_SCHEMA["$defs"]["job"]["properties"]["status"]["enum"])
+MAX_DEPTH = 32  # run.json nests 4 levels; deeper is not a file gpubench wrote
 
 
 @dataclass
@@ -27,7 +26,7 @@ class Job:
 
     env: str
     notebook: str
-    status: str = "pending"  # one of JOB_STATUSES; "running" is claimed before it starts
+    status: str = "pending"  # run.json's job statuses; "running" is claimed before it starts
     seconds: float | None = None
     error: str | None = None
     attempt: int = 0  # attempts claimed so far; the records of the current one carry it
@@ -39,34 +38,23 @@ def is_run_dir(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> None:
-    """Save run.json atomically; a full or read-only disk is a UsageError naming the file."""
+def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
+    """Save the jobs in run.json atomically; a full or read-only disk is a UsageError naming it."""
+    manifest["jobs"] = [asdict(j) for j in jobs]
     text = json.dumps(manifest, indent=1)
     try:
         rundir.write_atomic(run_dir / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot write {run_dir / MANIFEST}: {results.write_problem(exc)}; free "
                          f"some space or make {run_dir} writable, then "
-                         f"`gpubench run --resume {run_dir}`") from None
-
-
-def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
-    """Save the jobs in run.json (UsageError naming it when it cannot be written)."""
-    manifest["jobs"] = [asdict(j) for j in jobs]
-    write_manifest(run_dir, manifest)
-
-
-def target_of(manifest: dict, env: str) -> Target:
-    """How env `env` of a run is reached (a run without "envs": the kernel gpubench-ENV)."""
-    saved = manifest.get("envs", {}).get(env)
-    return Target(**saved) if saved else Target(kernel=envs.kernel_name(env))
+                         f"`{rundir.resume_command(run_dir)}`") from None
 
 
 def check_new_out(run_dir: Path) -> None:
     """Refuse an --out that holds a run or anything else (a lone run.lock is nothing)."""
     if is_run_dir(run_dir):
         raise UsageError(f"--out {str(run_dir)!r} already holds a run; finish it with "
-                         f"--resume {run_dir}, or choose a new --out")
+                         f"`{rundir.resume_command(run_dir)}`, or choose a new --out")
     if run_dir.exists() and (not run_dir.is_dir()
                              or any(p.name != LOCK for p in run_dir.iterdir())):
         raise UsageError(f"--out {str(run_dir)!r} exists and is not a run directory; "
@@ -92,7 +80,7 @@ def new_run(out: str | None, profile: str, targets: dict[str, Target], notebooks
     manifest = {"schema": MANIFEST_SCHEMA, "run_id": run_id, "profile": profile, "params": params,
                 "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 "named": notebooks if named else [],
-                "envs": {env: target.saved() for env, target in targets.items()}}
+                "envs": {env: asdict(target) for env, target in targets.items()}}
     jobs = [Job(env, nb) for env in targets for nb in notebooks]
     save_jobs(run_dir, manifest, jobs)
     return run_dir, manifest, jobs
@@ -102,15 +90,15 @@ def load_run(resume: str, profile: str | None,
              stack: contextlib.ExitStack) -> tuple[Path, dict, list[Job]]:
     """Lock a run directory and read its manifest, to finish the run."""
     run_dir = Path(resume)
-    if not is_run_dir(run_dir):
+    path = run_dir / MANIFEST
+    if not path.is_symlink() and not is_run_dir(run_dir):
         raise UsageError(f"--resume {str(run_dir)!r} is not a run directory (no {MANIFEST}); "
                          "give a folder written by `gpubench run`")
     lock_run_dir(run_dir, stack)
-    path = run_dir / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except OSError as exc:  # a symlink loop, a folder, no permission
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}; {NEW_RUN}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise UsageError(f"{path} is empty or damaged ({type(exc).__name__}: {exc}); it is not "
                          f"a job list written by `gpubench run`: {NEW_RUN}") from None
@@ -126,59 +114,57 @@ def _bad(path: Path, name: str, value, why: str) -> UsageError:
     return UsageError(f"{path}: {name} is {schema.shown(value)}: {why}; {NEW_RUN}")
 
 
-def _schema_error(path: Path, error) -> UsageError:
-    """jsonschema's error of run.json as one line naming the field ("jobs[0].attempt")."""
-    problem = schema.explain(RUN_SCHEMA, error)
-    return _bad(path, problem.field, problem.value, f"expected {problem.wants}")
+def _too_deep(doc) -> str | None:
+    """The field of `doc` (named down to its third level) holding values nested deeper than
+    MAX_DEPTH, or None; walked without recursion."""
+    stack = [(doc, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return where
+        items = (value.items() if isinstance(value, dict) else
+                 enumerate(value) if isinstance(value, list) else ())
+        for key, item in items:
+            name = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")
+            stack.append((item, name if depth < 3 else where, depth + 1))
+    return None
 
 
 def check_manifest(manifest, path: Path) -> list[Job]:
-    """run.json checked against its schema (gpubench/schemas/run.schema.json), then what only
-    this gpubench knows (profiles, notebooks, parameters, backends): a run dir of an older
-    gpubench, a hand edit. Its jobs; a bad field is a UsageError naming it and saying to start
-    a new run."""
+    """run.json checked against its schema, then what only this gpubench knows (profiles,
+    notebooks, parameters, backends); its jobs. A bad field is a UsageError naming it."""
     if not isinstance(manifest, dict):
         raise _bad(path, "the file", type(manifest).__name__, "it must be a JSON object")
+    if (field := _too_deep(manifest)) is not None:
+        raise UsageError(f"{path}: {field} is nested deeper than {MAX_DEPTH} levels: not a job "
+                         f"list written by `gpubench run`; {NEW_RUN}")
     checker = schema.checker("run")
     if not checker.valid(manifest):
-        raise _schema_error(path, next(checker.errors(manifest)))
+        problem = schema.explain(RUN_SCHEMA, next(checker.errors(manifest)))
+        raise _bad(path, problem.field, problem.value, f"expected {problem.wants}")
     if manifest["profile"] not in nb_params.PROFILES:
         raise _bad(path, "profile", manifest["profile"],
                    f"use one of {', '.join(nb_params.PROFILES)}")
     manifest.setdefault("named", [])
-    jobs = [_check_job(job, f"jobs[{i}]", path) for i, job in enumerate(manifest["jobs"])]
+    for i, job in enumerate(manifest["jobs"]):
+        if job["notebook"] not in nb_params.NOTEBOOKS:
+            raise _bad(path, f"jobs[{i}].notebook", job["notebook"], "this gpubench has no such "
+                       f"notebook (it has {', '.join(nb_params.NOTEBOOKS)})")
+    jobs = [Job(**job) for job in manifest["jobs"]]
+    notebooks = list(dict.fromkeys(j.notebook for j in jobs))
     try:
-        check_notebooks(list(dict.fromkeys(j.notebook for j in jobs)))
-        for scope in manifest["params"]:
-            if scope != "*":
-                check_notebooks([scope])
-        check_params(manifest["params"], list(dict.fromkeys(j.notebook for j in jobs)))
-    except UsageError as exc:
+        check_notebooks(notebooks)
+        check_notebooks([scope for scope in manifest["params"] if scope != "*"])
+        check_params(manifest["params"], notebooks)
+    except ValueError as exc:  # UsageError, or a parameters cell that cannot be read
         raise UsageError(f"{path}: {exc}; {NEW_RUN}") from None
-    manifest["envs"] = _saved_targets(manifest.get("envs"), jobs, path)
-    return jobs
-
-
-def _check_job(job: dict, where: str, path: Path) -> Job:
-    """One entry of run.json's "jobs" (its schema checked) as a Job of a notebook this gpubench
-    has (`where` names it)."""
-    if job["notebook"] not in nb_params.NOTEBOOKS:
-        raise _bad(path, f"{where}.notebook", job["notebook"], "this gpubench has no such "
-                   f"notebook (it has {', '.join(nb_params.NOTEBOOKS)})")
-    return Job(**job)
-
-
-def _saved_targets(saved, jobs: list[Job], path: Path) -> dict:
-    """run.json's "envs" (its schema checked), each backend one this gpubench has; a schema-1
-    run reached env ENV through kernel gpubench-ENV."""
-    labels = list(dict.fromkeys(j.env for j in jobs))
-    if saved is None:
-        return {env: Target(kernel=envs.kernel_name(env)).saved() for env in labels}
-    for env in labels:
-        if env not in saved:
-            raise _bad(path, f"envs.{env}", None, "it must say how the env is reached")
+    saved, labels = manifest.get("envs"), list(dict.fromkeys(j.env for j in jobs))
+    if saved is None:  # a schema-1 run reached env ENV through kernel gpubench-ENV
+        saved = manifest["envs"] = {env: asdict(Target.of({}, env)) for env in labels}
+    if missing := [env for env in labels if env not in saved]:
+        raise _bad(path, f"envs.{missing[0]}", None, "it must say how the env is reached")
     for env, target in saved.items():
         if target.get("backend") is not None and target["backend"] not in backends.SUPPORTED:
             raise _bad(path, f"envs.{env}.backend", target["backend"],
                        f"use one of {', '.join(backends.SUPPORTED)}")
-    return saved
+    return jobs

@@ -1,51 +1,49 @@
-"""How `gpubench run` reaches each env (a gpubench-ENV kernel, `--kernel NAME`, `--here`), what
-a probe of its Python found it runs, and which envs or `-p` values cannot run there."""
+"""The one place that says how `gpubench run` reaches each env (a gpubench-ENV kernel, `--kernel
+NAME` or `--here`), for a new run or a resumed one; what a probe of its Python found it runs;
+and, before any kernel starts, which envs or `-p` values cannot run there."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
+import shlex
+import shutil
+import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpubench import backends, envs, machine
 from gpubench import params as nb_params
 from gpubench.rundir import UsageError
-from gpubench.runner.arguments import NEW_RUN, check_backend, given, gpu_asked
-
-# What `--here` needs in the Python that runs gpubench, and the pip name of each.
-HERE_NEEDS = {"ipykernel": "ipykernel", "papermill": "papermill", "keras": "keras"}
+from gpubench.runner.arguments import NEW_RUN, given
 
 
 @dataclass
 class Target:
     """How an env is reached, and what its Python was found to run (run.json's "envs")."""
 
-    # "env": a gpubench-ENV kernel (`make setup`); "kernel": `--kernel NAME`; "here": `--here`
-    how: str = "env"
+    how: str = "env"  # "env": a gpubench-ENV kernel; "kernel": `--kernel NAME`; "here": `--here`
     kernel: str | None = None  # the Jupyter kernel's name ("env" and "kernel")
     python: str | None = None  # the Python (how == "here"; for a kernel, its argv[0])
-    backend: str | None = None  # "tensorflow" | "jax"; None before the probe
+    backend: str | None = None  # "tensorflow" | "jax" | "torch"; None before the probe
     devices: list[str] | None = None  # what the backend sees ("cpu", "gpu:0", ...); None: unknown
     tensorflow_importable: bool | None = None
     diagnosis: str | None = None  # why it sees no GPU
-    named: bool = field(default=False, repr=False)  # asked for by name (not saved)
-
-    def saved(self) -> dict:
-        """The fields run.json keeps."""
-        return {k: v for k, v in asdict(self).items() if k != "named"}
 
     @property
     def gpus(self) -> list[str]:
         """The GPUs the backend sees ([] when unknown)."""
         return [d for d in self.devices or [] if d.startswith("gpu")]
 
-
-def _or_envs() -> str:
-    """The end of a --here error: the envs `make setup` creates, in a checkout."""
-    return ", or run without --here in the envs `make setup` creates" if machine.checkout() else ""
+    @classmethod
+    def of(cls, manifest: dict, env: str) -> Target:
+        """How env `env` of a run is reached (a run without "envs": kernel gpubench-ENV)."""
+        saved = manifest.get("envs", {}).get(env)
+        return cls(**saved) if saved else cls(kernel=backends.kernel_name(env))
 
 
 def kernel_spec(name: str):
@@ -56,6 +54,27 @@ def kernel_spec(name: str):
         return KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
         return None
+
+
+def here_env(target: Target) -> dict[str, str]:
+    """The environment of a `--here` kernel and its probe: this process's, its backend fixed,
+    this gpubench importable (PYTHONPATH) from the notebooks' folder."""
+    path = os.pathsep.join(filter(None, [str(machine.project_root()),
+                                         os.environ.get("PYTHONPATH")]))
+    extra = {"KERAS_BACKEND": target.backend} if target.backend else {}
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def kernel_environ(target: Target) -> dict[str, str]:
+    """The environment the kernel of `target` starts with (before the runner's additions)."""
+    if target.how == "here":
+        return here_env(target)
+    return {**os.environ, **kernel_spec(target.kernel).env}
+
+
+def _backend(value: str | None) -> str:
+    """The Keras backend a kernel will load: `value` (its KERAS_BACKEND), else Keras's rule."""
+    return backends.check_name(value) if value else backends.requested()
 
 
 def _probe(target: Target, env: dict[str, str]) -> str | None:
@@ -73,173 +92,213 @@ def _probe(target: Target, env: dict[str, str]) -> str | None:
     return None
 
 
-def here_env(target: Target) -> dict[str, str]:
-    """The environment of a `--here` kernel and of its probe: this process's, with its backend
-    fixed and this gpubench importable (PYTHONPATH) from the notebooks' folder."""
-    path = os.pathsep.join(p for p in [str(machine.project_root()),
-                                       os.environ.get("PYTHONPATH", "")] if p)
-    extra = {"KERAS_BACKEND": target.backend} if target.backend else {}
-    return {**os.environ, "PYTHONPATH": path, **extra}
-
-
-def kernel_environ(target: Target) -> dict[str, str]:
-    """The environment the kernel of `target` starts with: its spec's `env` on top of this
-    process's, or here_env (before the runner's per-job additions)."""
-    if target.how == "here":
-        return here_env(target)
-    return {**os.environ, **kernel_spec(target.kernel).env}
-
-
-def here_target() -> tuple[str, Target]:
+def _here() -> tuple[str, Target]:
     """`--here`: the env of the Python that runs gpubench, labelled by probing it."""
     python = os.path.abspath(sys.executable)  # relative when PATH names a relative folder
-    for module, package in HERE_NEEDS.items():
+    or_envs = (", or run without --here in the envs `make setup` creates"
+               if machine.checkout() else "")
+    for module in ("ipykernel", "papermill", "keras"):
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--here: {module} is not installed in {python}; install it "
-                             f"(`{python} -m pip install {package}`)" + _or_envs())
-    check_backend(os.environ.get("KERAS_BACKEND"), "--here")
-    target = Target(how="here", python=python, named=True)
+                             f"(`{python} -m pip install {module}`){or_envs}")
+    backends.requested()
+    target = Target(how="here", python=python)
     if error := _probe(target, here_env(target)):
-        raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env"
-                         + _or_envs())
+        raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env{or_envs}")
     return backends.env_label(target.backend, bool(target.gpus)), target
 
 
-def kernel_target(name: str) -> tuple[str, Target]:
+def _kernel(name: str) -> tuple[str, Target]:
     """`--kernel NAME`: an existing Jupyter kernel, labelled by probing the Python it runs."""
     from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415
 
-    spec = kernel_spec(name)
-    if spec is None:
+    if (spec := kernel_spec(name)) is None:
         known = ", ".join(sorted(KernelSpecManager().find_kernel_specs())) or "none"
         raise UsageError(f"--kernel {name!r}: no such Jupyter kernel; use one of: {known} "
                          "(`jupyter kernelspec list`), or --here")
-    python = spec.argv[0] if spec.argv else None
-    check_backend(spec.env.get("KERAS_BACKEND") or os.environ.get("KERAS_BACKEND"),
-                  f"--kernel {name}")
-    if not python:
-        raise UsageError(f"--kernel {name!r}: its kernel.json has an empty argv; "
-                         "use another kernel")
-    target = Target(how="kernel", kernel=name, python=python, named=True)
+    _backend(spec.env.get("KERAS_BACKEND") or os.environ.get("KERAS_BACKEND"))
+    if not spec.argv:
+        raise UsageError(f"--kernel {name!r}: its kernel.json has an empty argv; use another "
+                         "kernel")
+    target = Target(how="kernel", kernel=name, python=spec.argv[0])
     if error := _probe(target, {**os.environ, **spec.env}):
-        raise UsageError(f"--kernel {name!r}: its Python {python} cannot run gpubench ({error}); "
-                         "install gpubench there, or use another kernel")
+        raise UsageError(f"--kernel {name!r}: its Python {target.python} cannot run gpubench "
+                         f"({error}); install gpubench there, or use another kernel")
     return backends.env_label(target.backend, bool(target.gpus)), target
 
 
-def check_envs(names: list[str] | None) -> dict[str, Target]:
-    """The envs to run, each a gpubench-ENV kernel: by default those set up (what `gpubench envs`
-    lists); an unknown name, or one not set up, is a usage error saying what to do."""
-    specs = envs.kernel_specs()
+def _standard(names: list[str] | None) -> dict[str, Target]:
+    """The gpubench-ENV kernels to run: by default the book's TensorFlow envs set up (else every
+    env set up); an unknown name, or one not set up, is a usage error saying what to do."""
+    specs, env_kernel = envs.kernel_specs(), backends.kernel_name("ENV")
+    if names is None and not specs:
+        make = "run `make setup`, or " if machine.checkout() else ""
+        raise UsageError(f"no env is set up (no Jupyter kernel named {env_kernel}); {make}"
+                         "`gpubench run --here` to use this Python")
     if names is None:
-        if not specs:
-            raise UsageError("no env is set up (no Jupyter kernel named "
-                             f"{envs.kernel_name('ENV')}); "
-                             + ("run `make setup`, or " if machine.checkout() else "")
-                             + "`gpubench run --here` to use this Python")
-        # the book's TensorFlow envs; other backends' envs only when named (--envs jax-cpu)
-        book = {env: spec for env, spec in specs.items() if envs.env_backend(env) == "tensorflow"}
-        return {env: _standard_target(env, spec, named=False)
-                for env, spec in (book or specs).items()}
-    known = list(dict.fromkeys([*envs.STANDARD_ENVS, *sorted(specs)]))
+        book = [e for e in specs if backends.env_backend(e) == "tensorflow"]
+        names = book or list(specs)
+    known = list(dict.fromkeys([*backends.ENVS, *sorted(specs)]))
     if unknown := [n for n in names if n not in known]:
         raise UsageError(f"unknown env(s) {', '.join(unknown)}; use some of {', '.join(known)} "
-                         f"(an env is a Jupyter kernel named {envs.kernel_name('ENV')})")
-    targets = {}
-    for env in dict.fromkeys(names):
-        if env not in specs:
-            smi = machine.nvidia_smi_gpus()
-            if envs.is_gpu_env(env) and not smi:
-                found = "not found" if smi is None else "lists none"
-                raise UsageError(f"--envs {env}: this machine has no NVIDIA GPU (nvidia-smi "
-                                 f"{found}); leave {env} out (`gpubench envs` lists the envs "
-                                 "set up)")
-            raise UsageError(f"--envs {env}: env {env!r} is not set up (no kernel "
-                             f"{envs.kernel_name(env)}); create it with "
-                             f"{envs.setup_command(env)}, or leave it out")
-        targets[env] = _standard_target(env, specs[env], named=True)
-    return targets
+                         f"(an env is a Jupyter kernel named {env_kernel})")
+    for env in (e for e in names if e not in specs):
+        if backends.is_gpu_env(env) and not (smi := machine.nvidia_smi_gpus()):
+            raise UsageError(f"--envs {env}: this machine has no NVIDIA GPU (nvidia-smi "
+                             f"{'not found' if smi is None else 'lists none'}); leave {env} out "
+                             "(`gpubench envs` lists the envs set up)")
+        raise UsageError(f"--envs {env}: env {env!r} is not set up (no kernel "
+                         f"{backends.kernel_name(env)}); create it with "
+                         f"{envs.setup_command(env)}, or leave it out")
+    return {env: Target(kernel=specs[env]["kernel"], python=(specs[env]["argv"] or [None])[0])
+            for env in dict.fromkeys(names)}
 
 
-def _standard_target(env: str, spec: dict, named: bool) -> Target:
-    """The Target of a gpubench-ENV kernel (from envs.kernel_specs), its backend from its spec."""
-    backend = check_backend(spec["env"].get("KERAS_BACKEND") or os.environ.get("KERAS_BACKEND"),
-                            f"kernel {spec['kernel']}")
-    return Target(kernel=spec["kernel"], python=spec["argv"][0] if spec["argv"] else None,
-                  backend=backend, named=named)
-
-
-def check_reachable(targets: dict[str, Target], path: Path) -> None:
-    """On resume: every env's kernel or Python still exists, else a UsageError naming the field."""
-    for env, target in targets.items():
-        if target.how == "here":
-            if not target.python or not Path(target.python).exists():
-                raise UsageError(f"{path}: envs.{env}.python {target.python!r} no longer exists; "
-                                 f"{NEW_RUN}")
-        elif kernel_spec(target.kernel or "") is None:
-            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} is no longer a Jupyter "
-                             f"kernel; register it again ({envs.setup_command(env)}), or {NEW_RUN}")
-
-
-def env_problems(targets: dict[str, Target]) -> dict[str, tuple[str, str]]:
+def _problems(targets: dict[str, Target], named: bool) -> dict[str, tuple[str, str]]:
     """Probe what must be known before the first kernel (a GPU env's GPUs, a non-TensorFlow
-    env's TensorFlow); return env -> (status, why) for envs that cannot run. A GPU env named on
-    the command line that sees no GPU is a usage error, with the diagnosis."""
+    env's TensorFlow): env -> (status, why) for envs that cannot run. In envs `named` on the
+    command line, that is a usage error instead, with the diagnosis."""
     problems: dict[str, tuple[str, str]] = {}
     specs = {spec["kernel"]: spec for spec in envs.kernel_specs().values()}
     for env, target in targets.items():
         if target.how != "env":
             continue  # `--here` and `--kernel` were probed when chosen
-        spec = specs.get(target.kernel)
-        if spec is None:
-            setup = envs.setup_command(env)
+        if (spec := specs.get(target.kernel)) is None:
             problems[env] = ("skipped", f"env {env!r} is not set up (no kernel {target.kernel}); "
-                                        f"create it with {setup}")
+                                        f"create it with {envs.setup_command(env)}")
             continue
+        try:  # the spec pins its backend, whatever the shell says
+            target.backend = _backend(spec["env"].get("KERAS_BACKEND")
+                                      or os.environ.get("KERAS_BACKEND"))
+        except backends.BackendError as exc:
+            raise UsageError(f"kernel {target.kernel}: {exc}") from None
         if (foreign := envs.foreign_kernel(spec)) is not None:
             problems[env] = ("skipped", foreign)
             continue
-        if target.backend is None or not target.python:  # a run of an older gpubench
-            fresh = _standard_target(env, spec, target.named)
-            target.backend, target.python = fresh.backend, target.python or fresh.python
-        gpu = envs.is_gpu_env(env)
+        target.python = target.python or (spec["argv"] or [None])[0]
+        gpu, why = backends.is_gpu_env(env), None
         if not gpu and target.backend == "tensorflow":
             target.devices, target.tensorflow_importable = ["cpu"], True  # a CPU TensorFlow env
-            continue
-        if error := _probe(target, {**os.environ, **spec["env"]}):
-            if target.named:  # as a named GPU env that sees no GPU: before anything runs
-                raise UsageError(f"--envs {env}: its Python {target.python} cannot run "
-                                 f"gpubench: {error}")
-            problems[env] = ("failed", f"its Python {target.python} cannot run gpubench: {error}")
+        elif error := _probe(target, {**os.environ, **spec["env"]}):
+            why = f"its Python {target.python} cannot run gpubench: {error}"
+            if named:
+                raise UsageError(f"--envs {env}: {why}")
         elif gpu and not target.gpus:
             why = target.diagnosis or f"its {target.backend} sees no GPU"
-            if target.named:
+            if named:  # as a named GPU env that sees no GPU: before anything runs
                 raise UsageError(f"--envs {env}: {target.backend} in this env sees no GPU; "
                                  f"leave {env} out. " + " ".join(why.split()))
+        if why:
             problems[env] = ("failed", why)
     return problems
 
 
-def check_runnable(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
-                   problems: dict[str, tuple[str, str]]) -> None:
-    """Refuse, before any kernel, -p values an env cannot run: a GPU it does not have, or what
-    its backend lacks (tf.data without TensorFlow)."""
+def _check_runnable(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
+                    problems: dict[str, tuple[str, str]]) -> None:
+    """Refuse -p values an env cannot run: a GPU it does not have, what its backend lacks."""
     for env, target in targets.items():
-        if env in problems or target.devices is None:
-            continue
-        for nb in notebooks:
+        for nb in notebooks if env not in problems and target.devices is not None else []:
             values = given(params, nb)
             for name in ("device", "devices"):
                 value = values.get(name)
-                asked = [gpu_asked(v) for v in (value if isinstance(value, list) else [value])]
-                if missing := [a for a in asked if a and a not in target.devices]:
-                    has = f"no {missing[0]}" if target.gpus else "no GPU"
+                asked = [re.fullmatch(r"/?(?:device:)?gpu(?::(\d+))?", str(v).strip().lower())
+                         for v in (value if isinstance(value, list) else [value])]
+                if missing := [f"gpu:{int(a[1] or 0)}" for a in asked if a
+                               and f"gpu:{int(a[1] or 0)}" not in target.devices]:
                     raise UsageError(
-                        f"-p {name}={json.dumps(value)} for {nb}: env {env} has {has} "
-                        f"({target.backend} there sees {', '.join(target.devices)}); use a GPU "
-                        f"env (`gpubench envs` lists them) or drop -p {name}")
+                        f"-p {name}={json.dumps(value)} for {nb}: env {env} has "
+                        f"{f'no {missing[0]}' if target.gpus else 'no GPU'} ({target.backend} "
+                        f"there sees {', '.join(target.devices)}); use a GPU env (`gpubench "
+                        f"envs` lists them) or drop -p {name}")
             try:
                 nb_params.check_for_backend(nb, values, target.backend,
                                             bool(target.tensorflow_importable))
             except ValueError as exc:
                 raise UsageError(f"-p for {nb} in env {env}: {exc}") from None
+
+
+def _check_xla_flags(targets: dict[str, Target]) -> None:
+    """A TensorFlow env given XLA_FLAGS compiles one small XLA function in its own Python first
+    (TensorFlow reads the flags only then, and aborts on one it does not know)."""
+    for env, target in targets.items():
+        environ = kernel_environ(target) if target.backend == "tensorflow" else {}
+        if not target.python or not (flags := environ.get("XLA_FLAGS")):
+            continue
+        check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
+        try:
+            done = subprocess.run([target.python, "-c", check], env=environ, timeout=600,
+                                  capture_output=True, text=True, cwd=tempfile.gettempdir())
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {target.python} "
+                             f"({exc}); unset XLA_FLAGS, or fix that env") from None
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+            line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
+            raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
+                             f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
+
+
+def scaling_refusal(target: Target) -> str | None:
+    """Why Multi_GPU_Scaling cannot run on `target`'s backend (scaling's rule), said for the way
+    the env is reached; None when it can."""
+    from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
+
+    if not target.backend or not rules.backend_refusal(target.backend):
+        return None
+    can = rules.PARALLEL_BACKENDS
+    where = (" or ".join(f"--envs {backends.env_label(b, False)}" for b in can)
+             if target.how == "env" else
+             f"--here or --kernel in a Python whose KERAS_BACKEND is {' or '.join(can)}")
+    return (f"{rules.NOTEBOOK} has no data-parallel path on "
+            f"{backends.backend_title(target.backend)}; "
+            f"run it on {' or '.join(map(backends.backend_title, can))} ({where})")
+
+
+def for_new_run(env_names: list[str] | None, here: bool, kernel: str | None,
+                notebooks: list[str], params: dict[str, dict],
+                named: list[str]) -> tuple[dict[str, Target], dict[str, tuple[str, str]]]:
+    """The envs of a new run and the problems of those that cannot run, every check made that
+    can be made before the run directory exists (`named`: the notebooks given by name)."""
+    targets = (dict([_here()]) if here else dict([_kernel(kernel)]) if kernel
+               else _standard(env_names))
+    problems = _problems(targets, named=env_names is not None)
+    _check_runnable(targets, notebooks, params, problems)
+    from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
+
+    for env, target in targets.items():
+        if rules.NOTEBOOK in named and (why := scaling_refusal(target)):
+            raise UsageError(f"--notebooks {rules.NOTEBOOK} in env {env}: {why}")
+    _check_xla_flags({e: t for e, t in targets.items() if e not in problems})
+    return targets, problems
+
+
+def for_resume(manifest: dict, jobs: list, path: Path) -> tuple[dict[str, Target],
+                                                                 dict[str, tuple[str, str]]]:
+    """The envs of a resumed run (run.json at `path`) and the problems of those with work left;
+    a kernel or Python that is gone is a usage error saying how to bring it back."""
+    targets = {env: Target.of(manifest, env) for env in manifest["envs"]}
+    todo = [j for j in jobs if j.status != "ok"]
+    waiting = {e: t for e, t in targets.items() if any(j.env == e for j in todo)}
+    for env, target in waiting.items():
+        spec = None if target.how == "here" else kernel_spec(target.kernel or "")
+        again = (envs.setup_command(env) if target.how == "env" else
+                 f"`{shlex.quote(target.python or 'PYTHON')} -m ipykernel install --user "
+                 f"--name {target.kernel}`")
+        if target.how != "here" and spec is None:
+            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} is no longer a Jupyter "
+                             f"kernel; register it again ({again}), or {NEW_RUN}")
+        python = target.python if spec is None else (spec.argv or [""])[0]
+        if target.how == "here" and not (python and Path(python).exists()):
+            raise UsageError(f"{path}: envs.{env}.python {python!r} no longer exists; {NEW_RUN}")
+        if target.how != "here" and not shutil.which(python):
+            fix = (f"re-create the env with {again}" if target.how == "env" else "register that "
+                   "kernel again with a Python that exists (`jupyter kernelspec list` shows "
+                   "where it is)")
+            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} cannot start: its "
+                             f"Python {python!r} no longer exists; {fix}, then resume, or "
+                             f"{NEW_RUN}")
+    _check_xla_flags(waiting)
+    problems = _problems(waiting, named=False)
+    _check_runnable(waiting, list(dict.fromkeys(j.notebook for j in todo)), manifest["params"],
+                    problems)
+    return targets, problems

@@ -1,10 +1,10 @@
 """gpubench's one-replica scaling step against a bare `model.fit` on one device, same model, data.
 
-The scaling step is what Multi_GPU_Scaling (and, on TensorFlow, `gpubench scaling`) time, on
-the backend KERAS_BACKEND names: on TensorFlow MirroredStrategy over one device, `strategy.run`
-inside a `tf.function`, the loss averaged with `tf.nn.compute_average_loss`, the data from
-`distribute_datasets_from_function`; on JAX DataParallel over one device, a jitted stateless
-step, the batches placed by the distribution's data layout.
+The scaling step is what Multi_GPU_Scaling and `gpubench scaling` time, on the backend
+KERAS_BACKEND names: on TensorFlow MirroredStrategy over one device, `strategy.run` inside a
+`tf.function`, the loss averaged with `tf.nn.compute_average_loss`, the data from
+`distribute_datasets_from_function`; on JAX DataParallel over one device and Keras's own `fit`;
+on PyTorch DistributedDataParallel in a process group of one, its own step and the Keras optimiser.
 The bare side is `model.fit` on the CPU with the same batch, no callbacks, no validation.
 Both run in one process and alternate round by round, each round on a freshly built
 model; epoch 1 of each (tracing) is dropped. Prints the images per second of both
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--model", default="mlp_h1000")
     parser.add_argument("--batch", type=int, default=100)
     args = parse_rounds(parser)
-    print(f"{machine()}; backend {gb.scaling.backend_name()}; {args.model}, {args.rounds} rounds "
+    print(f"{machine()}; backend {gb.backends.requested()}; {args.model}, {args.rounds} rounds "
           f"x {args.epochs} epochs, {args.samples} images, batch {args.batch}, synthetic data")
     dataset = "cifar10" if args.model == "cifar_cnn" else "mnist"
     data = gb.data.load(dataset, source="synthetic", max_train_samples=args.samples, verbose=False)

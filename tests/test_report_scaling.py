@@ -117,3 +117,43 @@ def test_a_replaced_run_is_let_go_while_the_file_is_read():
         shown = inputs.last_runs(stream(), [])
     assert [(r["run_id"], r["size"]) for r in shown] == [("r19", 1), ("r19", 2), ("r19", 3)]
     assert max(alive) == 3  # only the last run's records were ever held
+
+
+def _scaling(env: str, backend: str, engine: str, strategy: str, rate: float,
+             efficiency: float) -> dict:
+    """A two-process scaling record of `backend`, as `gpubench scaling --local-workers 2` writes."""
+    template = json.loads(TEMPLATE.read_text(encoding="utf-8").splitlines()[0])
+    environment = template["environment"] | {"hostname": "vm", "backend": backend}
+    return results.make_record(
+        "scaling", notebook="gpubench scaling", env=env, device="127.0.0.1:1,127.0.0.1:2",
+        devices=["127.0.0.1:1", "127.0.0.1:2"], environment=environment, model="mlp_h1000",
+        strategy=strategy, engine=engine, collective="gloo", all_reduce="ring", replicas=2,
+        workers=2, global_batch_size=200, per_replica_batch_size=100, scaling="weak",
+        samples_per_second=rate, scaling_efficiency=efficiency, step_seconds=0.05,
+        test_accuracy=0.9)
+
+
+def test_the_scaling_section_puts_every_backend_side_by_side(tmp_path):
+    """TensorFlow's, JAX's and PyTorch's two-process runs in one table: engine, images/s, the
+    ideal (images/s over efficiency), efficiency, step time, accuracy."""
+    runs = {"cpu": _scaling("cpu", "tensorflow", "tf.distribute", "multi_worker", 1800.0, 0.9),
+            "jax-cpu": _scaling("jax-cpu", "jax", "jax.distributed", "data_parallel", 1500.0,
+                                0.75),
+            "torch-cpu": _scaling("torch-cpu", "torch", "torch.distributed", "ddp", 400.0, 0.5)}
+    dirs = []
+    for env, record in runs.items():
+        (tmp_path / env).mkdir()
+        results.ResultsStore(tmp_path / env / "results.jsonl").append(record)
+        dirs.append(tmp_path / env)
+    text = report.build(dirs, tmp_path / "out").read_text(encoding="utf-8")
+    section = text[text.index("## Scaling"):]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| vm · ")]
+    assert [row[1:] for row in rows[:3]] == [
+        ["tf.distribute", "multi_worker", "2", "2", "127.0.0.1:1, 127.0.0.1:2", "200", "1,800",
+         "2,000", "90%", "50 ms", "ring", "0.900"],
+        ["jax.distributed", "data_parallel", "2", "2", "127.0.0.1:1, 127.0.0.1:2", "200",
+         "1,500", "2,000", "75%", "50 ms", "ring", "0.900"],
+        ["torch.distributed", "ddp", "2", "2", "127.0.0.1:1, 127.0.0.1:2", "200", "400", "800",
+         "50%", "50 ms", "ring", "0.900"]]
+    assert [row[0] for row in rows[:3]] == ["vm · cpu", "vm · jax-cpu", "vm · torch-cpu"]

@@ -1,35 +1,27 @@
-"""Data-parallel training over a machine's devices, or several machines, and its scaling
-efficiency: the engine of Multi_GPU_Scaling and of `gpubench scaling`.
+"""Data-parallel training on a machine's devices, or across processes and machines, and its
+scaling efficiency: Multi_GPU_Scaling and `gpubench scaling`, on TensorFlow, JAX and PyTorch.
 
-- `rules`: what needs no framework (when `gpubench run` includes the chapter, the --cluster
-  list, the global batch of weak and strong scaling);
-- `placement`: the backend's data-parallel module, the devices and the distribution over them;
-- `step`: the training loop every replica count shares (written in the chapter, exported);
-- `sweep`: the chapter's sweep over replica counts and the `scaling` record of a run;
-- `cluster` and `workers`: `gpubench scaling`, TensorFlow's several-machine mode, and its
-  local worker processes.
-The tables, the chart and the text written from the records are gpubench.report.scaling's.
-Importing this package loads no framework.
+`rules` (no framework), `step` (the loop, from the chapter), `sweep` (the chapter's sweep and the
+record), `cluster` (worker processes). Each backend's `<backend>_parallel` module has the same
+names: STRATEGY, JIT_COMPILE, INPUT_PIPELINE (what a record says), PROCESSES (a process per
+device, even on one machine), EVERY_WORKER_LISTENS (else worker 0 alone); split_cpu, cpu_count;
+strategy(devices) and join(cluster, index, replicas, device) -> (a distribution with a scope(),
+its record's fields); all_reduce, leave, distributed_input, make_step, run_epoch (-> the summed
+loss), sync. Importing this package loads no framework.
 """
 
 from __future__ import annotations
 
 from gpubench.scaling.cluster import cli_main, default_out
-from gpubench.scaling.placement import (
-    backend_name,
-    canonical,
-    check_replicas,
-    local_devices,
-    parallel,
-    split_cpu,
-    strategy,
-)
 from gpubench.scaling.rules import (
     backend_refusal,
+    canonical,
     check_index,
+    check_replicas,
     global_batch,
     include_in_run,
+    parallel,
     parse_cluster,
 )
 from gpubench.scaling.step import train
-from gpubench.scaling.sweep import sweep
+from gpubench.scaling.sweep import local_devices, split_cpu, strategy, sweep

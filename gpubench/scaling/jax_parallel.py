@@ -1,65 +1,35 @@
-"""Data parallelism on JAX: Keras's `keras.distribution.DataParallel` over the chosen devices.
-
-The same functions as `gpubench.scaling.tensorflow_parallel` (its docstring lists them).
-The model is built in the distribution's scope, so its variables are replicated on every
-device of the mesh. The training step is one jitted function of the model's state and a
-global batch sharded along the mesh's batch axis: the loss is the mean over the global
-batch, so XLA adds the replicas' gradients (an all-reduce) and every replica applies the
-same update. The state stays on the devices during an epoch and is written back into the
-model's variables at its end; the epoch's clock stops once those are ready (`sync`).
-
-The CPU is split into N devices by `XLA_FLAGS=--xla_force_host_platform_device_count=N`,
-which JAX reads once, when it first sets up its devices: `split_cpu` sets it if that has
-not happened yet in this process, else it needs a fresh process (a kernel restart).
-Several machines (`gpubench scaling --cluster`) are TensorFlow's only.
-"""
+"""Data parallelism on JAX: `keras.distribution.DataParallel`, trained by Keras's own `fit`; across
+processes after `keras.distribution.initialize` (jax.distributed, process 0 the coordinator; gloo
+between CPUs, NCCL between GPUs), each process giving `fit` its share of the data."""
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from gpubench import backends
 from gpubench.backends import jax as _backend
 
 STRATEGY = "data_parallel"
-JIT_COMPILE = True  # JAX runs the step compiled
+JIT_COMPILE = True  # Keras's fit compiles the step on JAX
 INPUT_PIPELINE = "arrays"
-DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+PROCESSES = False
+EVERY_WORKER_LISTENS = False  # worker 0, the coordinator, alone
 _virtual: int | None = None  # the CPU devices split_cpu asked for
-
-
-def xla_flags(count: int, flags: str | None = None) -> str:
-    """`flags` (XLA_FLAGS) with the host device count set to `count`, any earlier count dropped."""
-    kept = [f for f in (flags or "").split() if not f.startswith(DEVICE_COUNT_FLAG + "=")]
-    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={count}"])
-
-
-def _initialised() -> bool:
-    """Whether JAX has set up its devices in this process (then XLA_FLAGS is read already)."""
-    if "jax" not in sys.modules:
-        return False
-    try:
-        from jax._src import xla_bridge  # noqa: PLC0415 - private; absent: assume it has
-
-        return bool(xla_bridge.backends_are_initialized())
-    except (ImportError, AttributeError):
-        return True
 
 
 def split_cpu(count: int) -> None:
     """Split the CPU into `count` JAX devices; must run before JAX sets up its devices."""
     global _virtual
-    if not _initialised():
-        os.environ["XLA_FLAGS"] = xla_flags(count, os.environ.get("XLA_FLAGS"))
-    have = len(_backend.jax().devices("cpu"))
-    if have < count:
-        raise RuntimeError(
-            f"virtual_devices={count}: JAX has already set up its devices in this process "
-            f"({have} CPU device(s)); restart the kernel with "
-            f"XLA_FLAGS={DEVICE_COUNT_FLAG}={count} in its environment, or call "
-            f"gb.scaling.split_cpu({count}) before anything loads JAX")
+    jax = _backend.module()  # not started yet
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        if len(jax.devices("cpu")) < count:
+            raise RuntimeError(
+                f"virtual_devices={count}: JAX has already set up its devices in this process "
+                f"({len(jax.devices('cpu'))} CPU device(s)); restart the kernel and call "
+                f"gb.scaling.split_cpu({count}) before anything runs on JAX") from None
     _virtual = count
 
 
@@ -68,101 +38,82 @@ def cpu_count() -> int:
     return _virtual or len(_backend.jax().devices("cpu"))
 
 
+def _fields(found, engine: str, collective: str | None) -> dict:
+    devices = found.device_mesh.devices.size
+    over = "NCCL" if "gpu" in str(found.device_mesh.devices.flat[0]) else collective or "host"
+    return {"strategy": STRATEGY, "engine": engine, "collective": collective, "replicas": devices,
+            "all_reduce": f"XLA all-reduce ({over})" if devices > 1 else "none (one replica)"}
+
+
 def strategy(devices: Sequence[str]):
-    """(DataParallel over the canonical `devices`, the all-reduce it uses)."""
-    keras = backends.keras()
-    found = keras.distribution.DataParallel(devices=list(devices))
-    if len(devices) == 1:
-        name = "none (one replica)"
-    elif all(d.startswith("gpu") for d in devices):
-        name = "XLA all-reduce (NCCL)"
-    else:
-        name = "XLA all-reduce (host)"
-    return found, name
+    """(DataParallel over the canonical `devices` of this process, its fields)."""
+    found = backends.keras().distribution.DataParallel(devices=list(devices))
+    return found, _fields(found, "keras.distribution", None)
 
 
-def scope(found):
-    """The context in which the model's variables are created, replicated on every device."""
-    return found.scope()
+def join(cluster: Sequence[str], index: int, replicas: int | None, device: str | None = None):
+    """(DataParallel over every process's devices, its fields); before anything runs on JAX."""
+    import keras  # noqa: PLC0415 - as it is: gpubench's backends.keras() starts JAX's platforms
+
+    jax = _backend.module()
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", replicas or 1)  # a CPU: one device unless asked
+    if replicas:
+        os.environ.setdefault("JAX_LOCAL_DEVICE_IDS", ",".join(map(str, range(replicas))))
+    keras.distribution.initialize(",".join(cluster), len(cluster), index)
+    if len(jax.local_devices()) < (replicas or 1):
+        raise ValueError(f"--replicas {replicas} is more than the {len(jax.local_devices())} "
+                         "device(s) of this worker")
+    found = keras.distribution.DataParallel(auto_shard_dataset=False)
+    gpu = jax.devices()[0].platform == "gpu"
+    return found, _fields(found, "jax.distributed", "nccl" if gpu else "gloo")
 
 
-class Batches:
-    """Global batches of `x`, `y` placed on the devices, sharded along the batch axis;
-    a new order each pass when shuffled (the same on every run with the same seed)."""
+def all_reduce(found, values):
+    """`values` from every replica of this process, summed over every replica of every process."""
+    import numpy as np  # noqa: PLC0415
 
-    def __init__(self, found, x, y, batch: int, *, seed: int = 0, shuffle: bool = True) -> None:
-        import numpy as np  # noqa: PLC0415
-
-        self.x, self.y, self.batch, self.shuffle = x, y, batch, shuffle
-        self.rng = np.random.default_rng(seed)
-        self.x_sharding = found.get_data_layout((batch, *x.shape[1:])).backend_layout
-        self.y_sharding = found.get_data_layout((batch, *y.shape[1:])).backend_layout
-
-    def __iter__(self) -> Iterator[tuple]:
-        import numpy as np  # noqa: PLC0415
-
-        jax = _backend.jax()
-        order = self.rng.permutation(len(self.x)) if self.shuffle else np.arange(len(self.x))
-        for start in range(0, len(self.x) - self.batch + 1, self.batch):
-            chosen = order[start:start + self.batch]
-            # placed while the previous step runs: JAX dispatches the step without waiting
-            yield (jax.device_put(self.x[chosen], self.x_sharding),
-                   jax.device_put(self.y[chosen], self.y_sharding))
-
-
-def distributed_input(found, x, y, batch: int, *, seed: int = 0, shuffle: bool = True) -> Batches:
-    """The global batches of `x`, `y` (whole batches of `batch`), sharded over the replicas."""
-    return Batches(found, x, y, batch, seed=seed, shuffle=shuffle)
-
-
-class Step:
-    """A compiled step and the model's state it updates; `write_back` puts it in the model."""
-
-    def __init__(self, model, compiled) -> None:
-        self.model, self.compiled = model, compiled
-        self.state = ([v.value for v in model.trainable_variables],
-                      [v.value for v in model.non_trainable_variables],
-                      [v.value for v in model.optimizer.variables])
-
-    def __call__(self, x, y):
-        loss, self.state = self.compiled(self.state, x, y)
-        return loss
-
-    def write_back(self) -> None:
-        """Assign the state to the model's variables (no copy, no wait)."""
-        model = self.model
-        for variables, values in zip((model.trainable_variables, model.non_trainable_variables,
-                                      model.optimizer.variables), self.state, strict=True):
-            for variable, value in zip(variables, values, strict=True):
-                variable.assign(value)
-
-
-def make_step(found, model, batch: int) -> Step:
-    """The compiled training step: one global batch of `batch`, sharded over the replicas; the
-    loss is its mean, so XLA adds the replicas' gradients (the all-reduce) before the update."""
     jax = _backend.jax()
-
-    def loss_of(trainable, non_trainable, x, y):
-        out, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        return model.loss(y, out), non_trainable  # the mean over the global batch
-
-    gradient = jax.value_and_grad(loss_of, has_aux=True)
-
-    def step(state, x, y):
-        trainable, non_trainable, optimizer = state
-        (loss, non_trainable), grads = gradient(trainable, non_trainable, x, y)
-        trainable, optimizer = model.optimizer.stateless_apply(optimizer, grads, trainable)
-        return loss, (trainable, non_trainable, optimizer)
-
-    return Step(model, jax.jit(step, donate_argnums=0))
+    layout = found.get_data_layout((found.device_mesh.devices.size, len(values))).backend_layout
+    mine = np.tile(np.asarray(values, dtype="float32"), (jax.local_device_count(), 1))
+    replicated = jax.sharding.NamedSharding(layout.mesh, jax.sharding.PartitionSpec())
+    total = jax.jit(lambda a: a.sum(axis=0), out_shardings=replicated)(
+        jax.make_array_from_process_local_data(layout, mine))
+    return np.asarray(total.addressable_data(0))
 
 
-def run_epoch(step: Step, data: Batches, steps: int):
-    """Run `steps` steps over one pass of `data`, write the state back; the summed loss."""
-    jnp = _backend.jax().numpy
-    losses = [step(x, y) for _, (x, y) in zip(range(steps), data, strict=True)]
-    step.write_back()
-    return jnp.sum(jnp.stack(losses))
+def leave(found) -> None:
+    """Leave the cluster (nothing to do in one process, or once left)."""
+    _backend.module().distributed.shutdown()
+
+
+def distributed_input(found, x, y, batch: int, *, seed: int = 0, shuffle: bool = True):
+    """This process's share of `x`, `y` and of a batch; a seeded order generator (or None)."""
+    import numpy as np  # noqa: PLC0415
+
+    rank, count = _backend.jax().process_index(), _backend.jax().process_count()
+    mine = slice(rank * (len(x) // count), (rank + 1) * (len(x) // count))
+    return x[mine], y[mine], batch // count, np.random.default_rng(seed) if shuffle else None
+
+
+def make_step(found, model, batch: int):
+    """Keras's own compiled step, which `fit` runs in the distribution `found`."""
+    return [found, model, True]  # True: the first epoch is still to come
+
+
+def run_epoch(step, data, steps: int) -> float:
+    """An epoch of `fit` over this process's share in a new order; the summed loss of its steps."""
+    import numpy as np  # noqa: PLC0415
+
+    (found, model, first), (x, y, batch, order) = step, data
+    order = order.permutation(len(x)) if order is not None else np.arange(len(x))
+    step[2], total = False, 0.0
+    with found.scope():  # epoch 1 in two calls: Keras compiles again on the second (it resets
+        for part in np.split(order, [steps // 2 * batch] if first else []):  # the metrics)
+            if len(part):
+                fitted = model.fit(x[part], y[part], batch_size=batch, shuffle=False, verbose=0)
+                total += fitted.history["loss"][0] * (len(part) // batch)
+    return total
 
 
 def sync(model) -> None:

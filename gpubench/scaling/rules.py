@@ -1,32 +1,28 @@
-"""Multi_GPU_Scaling's rules that need no framework: when `gpubench run` includes the chapter,
-the --cluster list and --index, the global batch of weak and strong scaling, and the names
-that the launcher and its workers share."""
+"""Multi_GPU_Scaling's rules, with no framework loaded: when `gpubench run` includes it, the
+--cluster list, the global batch, device names, replica counts, the backend's parallel module."""
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Sequence
+from types import ModuleType
+
+from gpubench import backends
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
-CLUSTER_BACKEND = "tensorflow"  # the backend of the several-machine mode
-# The backends with a data-parallel path (gpubench/scaling/<backend>_parallel.py).
-PARALLEL_BACKENDS = ("tensorflow", "jax")
-# Set by `launch_local` in each worker's environment: the launcher's PID (the worker dies with
-# it), and the run directory whose lock the launcher holds for the workers.
-LAUNCHER_ENV = "GPUBENCH_SCALING_LAUNCHER"
-LOCKED_ENV = "GPUBENCH_SCALING_LOCKED"
+PARALLEL_BACKENDS = ("tensorflow", "jax", "torch")  # gpubench/scaling/<backend>_parallel.py
+LAUNCHER_ENV = "GPUBENCH_SCALING_LAUNCHER"  # the PID a worker dies with; it holds the lock
+PARAMS_ENV = "GPUBENCH_SCALING_PARAMS"  # JSON: the workers' parameters over the profile's
+CONNECT_TIMEOUT_ENV = "GPUBENCH_SCALING_CONNECT_TIMEOUT"  # seconds a worker waits for worker 0
+CORRUPT_ENV = "GPUBENCH_TEST_CORRUPT_ALLREDUCE"  # a test's seam: this worker sends a wrong tensor
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
 
 
 def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
                    asked_by_name: bool) -> dict | None:
-    """Extra notebook parameters for `gpubench run`, or None to leave Multi_GPU_Scaling out.
-
-    Two or more GPUs: as it is. Else on the CPU split into two virtual devices, only in a CPU
-    env's quick profile or when asked for by name, so the full run keeps to its time budget.
-    On JAX the chapter's first cell splits the CPU (XLA_FLAGS) before JAX loads: no kernel
-    environment is needed.
-    """
+    """Extra parameters for `gpubench run` (2+ GPUs, or the CPU split in two), or None: left out."""
     if env_is_gpu and gpu_count >= 2:
         return {}
     if asked_by_name or (profile == "quick" and not env_is_gpu):
@@ -35,20 +31,15 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
 
 
 def backend_refusal(backend: str) -> str | None:
-    """Why the chapter cannot run on `backend`, naming the backends that can; None if it can."""
-    if backend in PARALLEL_BACKENDS:
-        return None
-    can = " or ".join(PARALLEL_BACKENDS)
-    return (f"{NOTEBOOK} cannot run on {backend}: Keras's distribution API does not cover it and "
-            f"gpubench has no data-parallel path for it; run it in a {can} env (e.g. --envs cpu "
-            "or --envs jax-cpu)")
+    """Why the chapter cannot run on `backend`; None where it can (every backend gpubench has)."""
+    if backend not in PARALLEL_BACKENDS:
+        return f"{NOTEBOOK} cannot run on {backend}; use one of {', '.join(PARALLEL_BACKENDS)}"
+    return None
 
 
-def check_backend(backend: str) -> str:
-    """`backend` if the chapter runs on it, else a ValueError saying which backends can."""
-    if why := backend_refusal(backend):
-        raise ValueError(why)
-    return backend
+def parallel() -> ModuleType:
+    """The backend's data-parallel module, gpubench/scaling/<backend>_parallel.py."""
+    return importlib.import_module(f"gpubench.scaling.{backends.requested()}_parallel")
 
 
 def parse_cluster(text: str) -> list[str]:
@@ -73,8 +64,7 @@ def check_index(index: int, workers: int) -> int:
 
 
 def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tuple[int, int]:
-    """(global batch, batch per replica): weak keeps `per_replica_batch_size` per replica, strong
-    keeps it as the global batch, split as evenly as whole images allow."""
+    """(global batch, per replica): weak keeps the per-replica batch, strong the global one."""
     if scaling == "weak":
         return per_replica_batch_size * replicas, per_replica_batch_size
     per_replica = per_replica_batch_size // replicas
@@ -83,3 +73,19 @@ def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tu
                          f"{replicas} replicas: less than one image each; use a larger "
                          "per_replica_batch_size or fewer replicas")
     return per_replica * replicas, per_replica
+
+
+def canonical(device: str) -> str:
+    """"/GPU:1" -> "gpu:1", "/CPU:0" and "cpu" -> "cpu:0" (the names records carry)."""
+    kind, _, index = str(device).strip().strip("/").lower().removeprefix("device:").partition(":")
+    return f"{kind}:{index or 0}"
+
+
+def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[int]:
+    """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
+    for count in replicas or ():  # each a positive int already: params.check_scaling
+        if count > device_count:
+            raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
+                             f"replicate over; use at most {device_count} (or more devices, "
+                             "or virtual_devices on a CPU)")
+    return sorted(set(replicas)) if replicas else list(range(1, device_count + 1))

@@ -1,19 +1,6 @@
-"""Data parallelism on TensorFlow: tf.distribute's MirroredStrategy and MultiWorkerMirroredStrategy.
-
-Every backend's `*_parallel` module offers the same functions, used by `gpubench.scaling`:
-  STRATEGY, JIT_COMPILE, INPUT_PIPELINE (what a record says of the run),
-  split_cpu(count), cpu_count(), strategy(devices) -> (strategy, all-reduce name),
-  scope(strategy), distributed_input(strategy, x, y, batch, seed=, shuffle=),
-  make_step(strategy, model, batch), run_epoch(step, data, steps) -> summed loss,
-  sync(model).
-Device names are gpubench's canonical ones: "cpu:N" (a virtual CPU device) and "gpu:N".
-TensorFlow alone also runs several machines: multi_worker(cluster, index), worker_devices().
-
-The training step is shared by both strategies: `strategy.run` inside a `tf.function`, the
-loss averaged over the global batch with `tf.nn.compute_average_loss`, the data split by
-the strategy. Keras 3's `fit` cannot be that shared step: it fails under
-MultiWorkerMirroredStrategy (keras-team/keras#20585).
-"""
+"""Data parallelism on TensorFlow: MirroredStrategy in one process; MultiWorkerMirroredStrategy
+across processes and machines (TF_CONFIG; a gRPC ring between CPUs, NCCL between GPUs). Keras 3's
+`fit` fails under the latter (keras-team/keras#20585), so both strategies share this step."""
 
 from __future__ import annotations
 
@@ -27,6 +14,8 @@ from gpubench.backends import tensorflow as _backend
 STRATEGY = "mirrored"
 JIT_COMPILE = False  # the step is a tf.function without XLA, as the book's training
 INPUT_PIPELINE = "tf.data"
+PROCESSES = False
+EVERY_WORKER_LISTENS = True  # on the port of its own --cluster entry
 _cluster_process = False  # set once this process joined a MultiWorkerMirroredStrategy cluster
 
 
@@ -34,8 +23,7 @@ def split_cpu(count: int) -> None:
     """Split the CPU into `count` logical devices; must run before TensorFlow initialises them."""
     tf = _backend.tf()
     cpu = tf.config.list_physical_devices("CPU")[0]
-    current = tf.config.get_logical_device_configuration(cpu) or [None]
-    if len(current) == count:
+    if cpu_count() == count:
         return
     try:
         tf.config.set_logical_device_configuration(
@@ -43,7 +31,7 @@ def split_cpu(count: int) -> None:
     except RuntimeError:
         raise RuntimeError(
             f"virtual_devices={count}: TensorFlow has already set up its devices in this process "
-            f"({len(current)} CPU device(s)); restart the kernel and set virtual_devices "
+            f"({cpu_count()} CPU device(s)); restart the kernel and set virtual_devices "
             "before anything else runs") from None
 
 
@@ -55,11 +43,10 @@ def cpu_count() -> int:
 
 
 def strategy(devices: Sequence[str]):
-    """(MirroredStrategy over the canonical `devices`, the all-reduce it uses)."""
+    """(MirroredStrategy over the canonical `devices`, its fields)."""
     tf = _backend.tf()
-    names = [_backend.tf_name(d) for d in devices]
     gpus = all(d.startswith("gpu") for d in devices)
-    if len(names) == 1:
+    if len(devices) == 1:
         ops, name = tf.distribute.ReductionToOneDevice(), "none (one replica)"
     elif gpus and platform.system() == "Linux":
         ops, name = tf.distribute.NcclAllReduce(), "NCCL"
@@ -67,56 +54,53 @@ def strategy(devices: Sequence[str]):
         ops, name = tf.distribute.HierarchicalCopyAllReduce(), "hierarchical copy"
     else:
         ops, name = tf.distribute.ReductionToOneDevice(), "reduction to one device"
-    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops), name
+    found = tf.distribute.MirroredStrategy([_backend.tf_name(d) for d in devices], ops)
+    return found, {"strategy": STRATEGY, "engine": "tf.distribute", "collective": None,
+                   "all_reduce": name, "replicas": len(devices)}
 
 
-def multi_worker(cluster: Sequence[str], index: int):
-    """(MultiWorkerMirroredStrategy for worker `index` of `cluster`, the all-reduce it uses).
-
-    Sets TF_CONFIG; create it before any other TensorFlow work in the process.
-    """
+def join(cluster: Sequence[str], index: int, replicas: int | None, device: str | None = None):
+    """(MultiWorkerMirroredStrategy on `replicas` GPUs or the CPU, its fields): before TF works."""
     global _cluster_process
     _cluster_process = True
-    os.environ["TF_CONFIG"] = json.dumps(
-        {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": index}})
-    tf = _backend.tf()
-    impl = tf.distribute.experimental.CommunicationImplementation
-    gpus = bool(tf.config.list_physical_devices("GPU"))
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl.NCCL if gpus else impl.RING)
-    found = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    return found, "NCCL" if gpus else "ring (gRPC collectives)"
-
-
-def worker_devices(replicas: int | None) -> tuple[int, int]:
-    """(devices this worker trains on, GPUs it has): keeps `replicas` GPUs visible (all: None);
-    a ValueError when it asks for more than there are. Initialises no device."""
     tf = _backend.tf()
     gpus = tf.config.list_physical_devices("GPU")
-    here = max(len(gpus), 1)
-    if (replicas or here) > here:
-        raise ValueError(f"--replicas {replicas} is more than the {here} device(s) of this worker "
-                         f"({len(gpus)} GPU(s)); use at most {here}")
+    if (replicas or 1) > max(len(gpus), 1):
+        raise ValueError(f"--replicas {replicas} is more than the {max(len(gpus), 1)} device(s) "
+                         f"of this worker ({len(gpus)} GPU(s)); use at most {max(len(gpus), 1)}")
     if gpus:
-        tf.config.set_visible_devices(gpus[:replicas or here], "GPU")
-    return replicas or here, len(gpus)
+        tf.config.set_visible_devices(gpus[:replicas or len(gpus)], "GPU")
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": index}})
+    impl = tf.distribute.experimental.CommunicationImplementation
+    found = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=impl.NCCL if gpus else impl.RING))
+    return found, {"strategy": "multi_worker", "engine": "tf.distribute",
+                   "collective": "nccl" if gpus else "grpc",
+                   "all_reduce": "NCCL" if gpus else "ring (gRPC collectives)",
+                   "replicas": found.num_replicas_in_sync}
 
 
-def scope(found):
-    """The context in which the model's variables are created, mirrored on every replica."""
-    return found.scope()
+def all_reduce(found, values):
+    """`values` from every replica of this process, summed over every replica of every worker."""
+    tf = _backend.tf()
+    mine = tf.constant(values, dtype=tf.float32)
+    return found.reduce("SUM", found.run(lambda: tf.identity(mine)), axis=None).numpy()
+
+
+def leave(found) -> None:
+    """Nothing to do: a TensorFlow process leaves its cluster when it ends."""
 
 
 def distributed_input(found, x, y, batch: int, *, seed: int = 0, shuffle: bool = True):
-    """The distributed dataset of `x`, `y` (whole global batches of `batch`) for one epoch each
-    time it is iterated; every replica gets the same number of full batches."""
+    """The distributed dataset of `x`, `y` in global batches: an epoch each time it is iterated."""
     tf = _backend.tf()
-    count = len(x)
 
     def dataset_fn(context):
         data = tf.data.Dataset.from_tensor_slices((x, y))
-        if shuffle:  # same seed on every worker: the same order, then disjoint shards
-            data = data.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+        if shuffle:  # the same seeded order on every worker, then disjoint shards
+            data = data.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
         data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
         data = data.batch(context.get_per_replica_batch_size(batch), drop_remainder=True)
         return data.prefetch(tf.data.AUTOTUNE)  # the next batch is ready while a step runs
@@ -125,7 +109,7 @@ def distributed_input(found, x, y, batch: int, *, seed: int = 0, shuffle: bool =
 
 
 def make_step(found, model, batch: int):
-    """The compiled training step both strategies share: one global batch, gradients all-reduced."""
+    """The compiled step both strategies share: one global batch, the gradients all-reduced."""
     tf = _backend.tf()
     from_logits = model.loss.get_config().get("from_logits", False)
     per_example = model.loss.__class__(from_logits=from_logits, reduction=None)
@@ -140,8 +124,7 @@ def make_step(found, model, batch: int):
 
     @tf.function(jit_compile=False)
     def step(iterator):
-        losses = found.run(replica_step, args=next(iterator))
-        return found.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        return found.reduce("SUM", found.run(replica_step, args=next(iterator)), axis=None)
 
     return step
 
@@ -154,9 +137,7 @@ def run_epoch(step, data, steps: int):
 
 def sync(model) -> None:
     """Wait until the epoch's work is done: a device sync, or across workers the updated weights."""
-    if _cluster_process:
-        # sync_devices fails once MultiWorkerMirroredStrategy has set up the cluster;
-        # reading a weight waits for every update queued before it, all-reduce included.
+    if _cluster_process:  # sync_devices fails there; reading a weight waits for its updates
         for variable in model.trainable_variables:
             variable.numpy()
     else:

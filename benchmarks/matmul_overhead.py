@@ -15,7 +15,7 @@ a single call pays; 0 where a product alone fills a block, so that blocks are si
 The backend is Keras's (KERAS_BACKEND); the one backend branch is `bare_product`.
 
 With --aligned, it times instead each n of that list and its aligned size
-(`gb.matmul.aligned_size`, the next multiple of 8 at 16-bit dtypes) at --dtype, alternating,
+(`gb.peaks.aligned_size`, the next multiple of 8 at 16-bit dtypes) at --dtype, alternating,
 and prints the GFLOP/s of both: what the GPU sweep's aligned records show, on this CPU.
 
     python benchmarks/matmul_overhead.py [--sizes 64,128,256,512,1000,2000] [--rounds 5]
@@ -81,7 +81,7 @@ def aligned(sizes: list[int], dtype: str, rounds: int, repeats: int) -> None:
     print("| n | GFLOP/s | aligned n | GFLOP/s | aligned / n |")
     print("|---|---|---|---|---|")
     for size in sizes:
-        other = gb.matmul.aligned_size(size, dtype)
+        other = gb.peaks.aligned_size(size, dtype)
         rates: dict[int, list[float]] = {size: [], other: []}
         for i in range(rounds):
             for n in ((size, other) if i % 2 == 0 else (other, size)):

@@ -1,52 +1,27 @@
-"""The book's matrix-multiplication test, done the book's way and the rigorous way, and the peak.
-
-book:      build two random-normal matrices on the device, multiply, sum, and time
-           one run that includes all of that set-up (what the chapter's
-           `performanceTest` timed with one `sess.run`); then the same again, the shape now
-           known (`warm_seconds`: on JAX the first run also compiled each new shape's ops).
-rigorous:  the matrices exist on the device beforehand; the product runs compiled
-           (`tf.function` or `jax.jit`). Two figures (gpubench.timing): the product time,
-           products queued back to back with one sync per block of at least 20 ms, the median
-           of `repeats` blocks' per-product times (`seconds`, `gflops`); and the call latency,
-           one product from the call to its result on the host (`call_seconds`).
-peak:      the rigorous product at one large n, the fastest block: each env's reference for
-           every "% of peak" (gpubench.results.peak_record finds it).
-aligned:   on a GPU, for 16-bit dtypes, each swept n that is not a multiple of 8 is also timed
-           at the next multiple (`aligned_size`), a rigorous record with `aligned_from` = n.
-All report seconds and GFLOP/s, counting 2*n^3 floating-point operations.
-
-`performanceTest` and `rigorous_test` are written in notebooks/performanceTest.ipynb and
-copied here by `python tools/export_chapters.py` (tests/test_training.py fails when the two
-differ); this module turns their timings into records.
+"""The book's matmul test, the book's way ("book": one timing, set-up included) and the rigorous
+way (product time and call latency of a compiled product), and each env's peak probe. `tf32`:
+whether a float32 product may use TF32. Its chapter code is exported from performanceTest.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from gpubench import backends, devices, peaks, results, telemetry, timing
+from gpubench import backends, devices, fmt, results, timing
 from gpubench.params import check_value, positive_int
-from gpubench.peaks import BOOK_LABEL, BOOK_SECONDS  # noqa: F401 - the chapter reads them here
 
 keras = backends.keras()  # Keras on the env's backend, its start-up chatter held back
 ops = keras.ops
 backend = backends.current()  # the seam: device placement, sync and compiling, per backend
 
 METHODS = ("book", "rigorous")  # the sweep's methods; the peak probe is `peak` alone
-# The smallest compute capability whose GPUs run a dtype's matmul natively (bfloat16: Ampere).
-GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}
-# The peak probe's n per kind of device: large enough to keep the device busy, small enough
-# that the probe (a warm-up and PEAK_REPEATS products) takes a few seconds. Not a power of two
-# on a CPU: rows 2^k bytes apart fall into the same cache sets, and TensorFlow's CPU matmul
-# ran at half speed at n=4096 (83 GFLOP/s) where n=4000 ran at 163 on the same 2-core EPYC.
+GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}  # the oldest GPUs that run a dtype's matmul natively
+# The peak probe's n: big enough to keep the device busy. Not a power of two on a CPU: rows 2^k
+# bytes apart share cache sets (TensorFlow ran n=4096 at half n=4000's speed on a 2-core EPYC).
 PEAK_SIZE = {"gpu": 8192, "cpu": 4000}
 PEAK_REPEATS = 5
-# Tensor cores take a GEMM on their fast path when its rows start 16 bytes apart (cuBLAS and
-# XLA pad or fall back otherwise): n a multiple of 16 bytes / itemsize, 8 for 16-bit dtypes.
-ALIGN_BYTES = 16
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-ALIGNED_DTYPES = ("float16", "bfloat16")  # the tensor-core dtypes the sweep adds aligned n for
 
 
 def check_dtypes(dtypes) -> list[str]:
@@ -57,11 +32,9 @@ def check_dtypes(dtypes) -> list[str]:
 
 def check_method(method: str) -> str:
     """Return `method` if known, or raise naming it and the accepted ones."""
-    if method == results.PEAK_METHOD:
-        raise ValueError(f"method {method!r} is the peak probe, not a sweep method: call "
-                         f"gb.matmul.peak or peaks_for; use one of {', '.join(METHODS)}")
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+        peak = " is the peak probe (gb.matmul.peak or peaks_for)" if method == "peak" else ""
+        raise ValueError(f"unknown method {method!r}{peak}; use one of {', '.join(METHODS)}")
     return method
 
 
@@ -77,32 +50,31 @@ def unsupported_reason(device: str, dtype: str) -> str | None:
     return None
 
 
-def aligned_size(size: int, dtype: str) -> int:
-    """`size` rounded up to a multiple of ALIGN_BYTES / itemsize (8 for 16-bit dtypes)."""
-    multiple = ALIGN_BYTES // ITEMSIZE[dtype]
-    return -(-size // multiple) * multiple
-
-
 def aligned_companion(size: int, device: str, dtype: str) -> int | None:
-    """The aligned n the sweep also times beside `size`: on a GPU, at a 16-bit dtype, where
-    `size` is not aligned; None elsewhere."""
-    if not device.startswith("gpu") or dtype not in ALIGNED_DTYPES:
+    """The aligned n timed beside `size` on a GPU at a 16-bit dtype (peaks.aligned_size)."""
+    if not device.startswith("gpu") or dtype not in ("float16", "bfloat16"):
         return None
-    aligned = aligned_size(size, dtype)
-    return aligned if aligned != size else None
+    from gpubench import peaks  # noqa: PLC0415 - the GPU's facts, only for a GPU
+
+    return peaks.aligned_size(size, dtype) if peaks.aligned_size(size, dtype) != size else None
+
+
+def tf32_of(device: str, dtype: str) -> bool | None:
+    """Whether a `dtype` product on `device` may use TF32 now: None but for float32; CPU: False."""
+    if dtype != "float32":
+        return None
+    return device.startswith("gpu") and backend.tf32_enabled()
 
 
 def spec_peak(device: str, dtype: str) -> float | None:
-    """The datasheet peak GFLOP/s of `device` at `dtype` (gpubench.peaks; None for CPUs and
-    unknown GPUs)."""
-    if device.startswith("cpu"):
-        return None
-    index = int(device.split(":")[1])
-    gpus = results.environment_snapshot()["gpus"]
+    """The datasheet peak GFLOP/s of `device` at `dtype` as it runs (None: CPU, unknown GPU)."""
+    gpus = results.environment_snapshot()["gpus"] if device.startswith("gpu") else []
+    index = int(device.split(":")[1]) if gpus else 0
     if index >= len(gpus):
         return None
-    tf32 = dtype == "float32" and backend.tf32_enabled()
-    return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=tf32)
+    from gpubench import peaks  # noqa: PLC0415 - the datasheet table, only for a GPU
+
+    return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=bool(tf32_of(device, dtype)))
 
 
 # Written by tools/export_chapters.py from the chapter's #@save cells: edit those.
@@ -135,8 +107,8 @@ def rigorous_product(device_name, size, dtype="float32"):
 
 
 def rigorous_test(device_name, size, dtype="float32", repeats=5):
-    """The rigorous measurement: the first call (it compiles) alone, then `repeats` blocks of
-    products, one sync per block (product time), and `repeats` single calls (call latency)."""
+    """The rigorous measurement: the first call (it compiles) alone, then at least `repeats`
+    blocks of products, one sync per block (product time), and single calls (call latency)."""
     device = devices.resolve(device_name)
     run = rigorous_product(device, size, dtype)
     with backend.scope(device):  # once around every call: no per-call cost in the blocks
@@ -152,41 +124,26 @@ def gflops(size: int, seconds: float) -> float:
 
 
 def _book(device: str, size: int, dtype: str) -> dict:
-    """The chapter's performanceTest timed once (set-up included), then once more at the same
-    shape (`warm_seconds`: what remains without the first run's one-off set-up and compiling)."""
-    with telemetry.Monitor(device) as monitor:
+    """The chapter's performanceTest once (set-up included), then again at the same shape."""
+    with timing.region(device) as found:
         seconds = performanceTest(device, size, dtype)
-    warm = performanceTest(device, size, dtype)
     return dict(seconds=seconds, seconds_min=seconds, seconds_max=seconds, seconds_iqr=0.0,
                 first_seconds=seconds, repeats=1, gflops=gflops(size, seconds),
-                warm_seconds=warm, telemetry=monitor.result)
+                warm_seconds=performanceTest(device, size, dtype), **found)
 
 
-def _rigorous(device: str, size: int, dtype: str, repeats: int) -> timing.Blocks:
-    """Product time over `repeats` blocks and call latency of compiled products on operands
-    already on the device."""
-    return rigorous_test(device, size, dtype, repeats)
-
-
-def _peak(device: str, size: int, dtype: str, repeats: int) -> timing.Blocks:
-    """The peak probe's timings: the rigorous test's, at the probe's n and repeats."""
-    return rigorous_test(device, size, dtype, repeats)
-
-
-def _product_fields(m: timing.Blocks, size: int, figure: str) -> dict:
-    """A rigorous or peak record's timing fields; `figure` ("median" or "min") of the blocks'
-    per-product times is its `seconds`."""
+def _product_fields(m: timing.Measurement, size: int, figure: str) -> dict:
+    """A rigorous or peak record's timing fields, `seconds` the blocks' median or min."""
     s = m.stats
-    seconds = getattr(s, figure)
-    return dict(seconds=seconds, seconds_min=s.min, seconds_max=s.max, seconds_iqr=s.iqr,
-                first_seconds=m.first, repeats=s.n, gflops=gflops(size, seconds),
-                products_per_block=m.per_block, call_seconds=m.call_stats.median,
-                telemetry=m.telemetry)
+    return dict(seconds=getattr(s, figure), seconds_min=s.min, seconds_max=s.max,
+                seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
+                gflops=gflops(size, getattr(s, figure)), products_per_block=m.per_block,
+                call_seconds=m.call_stats.median, relative_spread=round(s.spread, 4),
+                noisy=m.noisy, telemetry=m.telemetry, load_average=m.load_average)
 
 
 def _record(measure: Callable[[], dict], **common) -> dict:
-    """The record of one measurement: "skipped" for a dtype the device cannot run, "oom" when it
-    runs out of memory, else the timing fields `measure` returns."""
+    """One measurement's record: "skipped" where the device cannot run it, "oom", or measured."""
     reason = unsupported_reason(common["device"], common["dtype"])
     if reason is not None:
         return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
@@ -200,66 +157,51 @@ def _record(measure: Callable[[], dict], **common) -> dict:
     return results.make_record("matmul", **fields, **common)
 
 
-def performance_test(
-    device_name: str,
-    size: int,
-    method: str = "book",
-    repeats: int = 5,
-    dtype: str = "float32",
-    *,
-    notebook: str = "performanceTest",
-    env: str | None = None,
-    aligned_from: int | None = None,
-) -> dict:
-    """Multiply two size x size matrices on `device_name`; return its record ("oom" if too big).
-    `aligned_from`: the swept n this aligned size stands beside (recorded as given)."""
+def performance_test(device_name: str, size: int, method: str = "book", repeats: int = 5,
+                     dtype: str = "float32", *, notebook: str = "performanceTest",
+                     env: str | None = None, aligned_from: int | None = None,
+                     true_float32: bool = False) -> dict:
+    """Multiply two size x size matrices on `device_name`: the measurement's record."""
     device = devices.resolve(device_name)
     positive_int("size", size)
     check_method(method)
     (dtype,) = check_dtypes([dtype])
     positive_int("repeats", repeats)
-    common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                  size=size, dtype=dtype, method=method, spec_peak_gflops=spec_peak(device, dtype),
-                  aligned_from=aligned_from)
-    if method == "book":
-        return _record(lambda: _book(device, size, dtype), **common)
-    return _record(lambda: _product_fields(_rigorous(device, size, dtype, repeats), size,
-                                           "median"), **common)
+    with backend.float32_precision(False) if true_float32 else contextlib.nullcontext():
+        common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
+                      size=size, dtype=dtype, method=method, tf32=tf32_of(device, dtype),
+                      spec_peak_gflops=spec_peak(device, dtype), aligned_from=aligned_from)
+        if method == "book":
+            return _record(lambda: _book(device, size, dtype), **common)
+        return _record(lambda: _product_fields(rigorous_test(device, size, dtype, repeats), size,
+                                               "median"), **common)
 
 
 def peak(device_name: str, dtype: str = "float32", *, notebook: str,
          env: str | None = None) -> dict:
-    """The peak probe of `device_name` at `dtype`: the compiled product at n = PEAK_SIZE of the
-    device's kind, warm, the fastest of PEAK_REPEATS blocks; its record (method "peak", seconds
-    the fastest block's per-product time) is the reference of every "% of peak" ("skipped" and
-    "oom" as performance_test)."""
+    """The peak probe's record: the fastest block at PEAK_SIZE, each "% of achievable"'s base."""
     device = devices.resolve(device_name)
     (dtype,) = check_dtypes([dtype])
     size = PEAK_SIZE["cpu" if device.startswith("cpu") else "gpu"]
     common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                  size=size, dtype=dtype, method=results.PEAK_METHOD,
+                  size=size, dtype=dtype, method=results.PEAK_METHOD, tf32=tf32_of(device, dtype),
                   spec_peak_gflops=spec_peak(device, dtype))
-    return _record(lambda: _product_fields(_peak(device, size, dtype, PEAK_REPEATS), size, "min"),
-                   **common)
+    return _record(lambda: _product_fields(rigorous_test(device, size, dtype, PEAK_REPEATS),
+                                           size, "min"), **common)
 
 
-def peaks_for(
-    device_names: Sequence[str],
-    dtypes: str | Sequence[str],
-    *,
-    store: results.ResultsStore | None = None,
-    env: str | None = None,
-    notebook: str,
-    progress: Callable[[dict], None] | None = None,
-) -> list[dict]:
-    """The peak record of this env for every device and dtype: the one already in the store's
-    file, else a fresh `peak`, appended to the store as made (one probe per env and dtype).
-    A peak that an earlier attempt of this same job measured is appended again for this attempt
-    (`reused_from_attempt`), since a report keeps only each job's latest attempt."""
-    resolved = [devices.resolve(name) for name in device_names]
-    if not resolved:
+def _devices(device_names: Sequence[str]) -> list[str]:
+    """The devices resolved, at least one."""
+    if not device_names:
         raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
-    dtypes = check_dtypes(dtypes)
+    return [devices.resolve(name) for name in device_names]
+
+
+def peaks_for(device_names: Sequence[str], dtypes: str | Sequence[str], *,
+              store: results.ResultsStore | None = None, env: str | None = None,
+              notebook: str, progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """This env's peak record per device and dtype: the stored one, else a new `peak`, stored."""
+    resolved, dtypes = _devices(device_names), check_dtypes(dtypes)
     env = env or results.default_env_name()
     stored = store.read() if store is not None else []
     found = []
@@ -271,71 +213,59 @@ def peaks_for(
             if store is not None:
                 store.append(record)
         elif record["notebook"] == notebook and record["attempt"] < results.current_attempt():
-            record = store.append(reused(record))
+            record = store.append(record | {  # counted for this attempt, timings its own
+                "schema": results.SCHEMA, "run_id": results.current_run_id(),
+                "attempt": results.current_attempt(), "reused_from_attempt": record["attempt"]})
         found.append(record)
         if progress is not None:
             progress(record)
     return found
 
 
-def reused(record: dict) -> dict:
-    """A copy of an earlier attempt's peak `record` that counts for the current attempt (its
-    timings and `timestamp` stay the measurement's own)."""
-    return record | {"schema": results.SCHEMA, "run_id": results.current_run_id(),
-                     "attempt": results.current_attempt(),
-                     "reused_from_attempt": record["attempt"]}
-
-
-def sweep(
-    sizes: Sequence[int],
-    device_names: Sequence[str],
-    methods: Sequence[str] = METHODS,
-    repeats: int = 5,
-    dtype: str | Sequence[str] = "float32",
-    *,
-    store: results.ResultsStore | None = None,
-    env: str | None = None,
-    notebook: str = "performanceTest",
-    progress: Callable[[dict], None] | None = None,
-) -> list[dict]:
-    """`performance_test` for every size, device (in the order given), dtype (one or a list) and
-    method, storing each record as made; a rigorous record is followed by its aligned size's
-    where `aligned_companion` gives one. Input is checked first, so bad input writes nothing."""
-    sizes = check_value("sizes", sizes)
-    resolved = [devices.resolve(name) for name in device_names]
-    if not resolved:
-        raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
+def sweep(sizes: Sequence[int], device_names: Sequence[str], methods: Sequence[str] = METHODS,
+          repeats: int = 5, dtype: str | Sequence[str] = "float32", *,
+          store: results.ResultsStore | None = None, env: str | None = None,
+          notebook: str = "performanceTest", progress: Callable[[dict], None] | None = None,
+          true_float32: bool = False) -> list[dict]:
+    """`performance_test` of every size, device, dtype (and true float32) and method, stored."""
+    sizes, resolved = check_value("sizes", sizes), _devices(device_names)
     for method in methods:
         check_method(method)
     dtypes = check_dtypes(dtype)
     positive_int("repeats", repeats)
+    if not isinstance(true_float32 := check_value("true_float32", true_float32), bool):
+        raise ValueError(f"true_float32 must be True or False, got {true_float32!r}")
     records = []
-    for size, device, one_dtype, method in itertools.product(sizes, resolved, dtypes, methods):
-        jobs = [(size, None)]
-        aligned = aligned_companion(size, device, one_dtype) if method == "rigorous" else None
-        if aligned is not None and aligned not in sizes:
-            jobs.append((aligned, size))
-        for n, aligned_from in jobs:
-            record = performance_test(device, n, method, repeats, one_dtype, notebook=notebook,
-                                      env=env, aligned_from=aligned_from)
-            if store is not None:
-                store.append(record)
-            records.append(record)
-            if progress is not None:
-                progress(record)
+    for size, device, one_dtype in itertools.product(sizes, resolved, dtypes):
+        strict = [False, True] if true_float32 and tf32_of(device, one_dtype) else [False]
+        for off, method in itertools.product(strict, methods):
+            jobs = [(size, None)]
+            aligned = aligned_companion(size, device, one_dtype) if method == "rigorous" else None
+            if aligned is not None and aligned not in sizes:
+                jobs.append((aligned, size))
+            for n, aligned_from in jobs:
+                record = performance_test(device, n, method, repeats, one_dtype,
+                                          notebook=notebook, env=env, aligned_from=aligned_from,
+                                          true_float32=off)
+                if store is not None:
+                    store.append(record)
+                records.append(record)
+                if progress is not None:
+                    progress(record)
     return records
 
 
 def describe(record: dict) -> str:
-    """One line for a matmul record, for progress output (times in ms, one unit down a sweep)."""
+    """One line for a matmul record, for progress output (times in ms)."""
+    dtype = fmt.dtype_label(record["dtype"], record.get("tf32"))
     if record.get("method") == results.PEAK_METHOD:
-        head = f"peak probe n={record['size']} {record['device']} {record['dtype']}:"
+        head = f"peak probe n={record['size']} {record['device']} {dtype}:"
         if record["status"] != "ok":
             return f"{head} {record['status'].upper()}: {record['error']}"
         return (f"{head} {record['gflops']:.1f} GFLOP/s (fastest of {record['repeats']} blocks of "
                 f"{record['products_per_block']})")
-    head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} "
-            f"{record['dtype']:<8} {record['method']:<9}")
+    head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} {dtype:<8} "
+            f"{record['method']:<9}")
     if record["status"] != "ok":
         return f"{head} {record['status'].upper()}: {record['error']}"
     line = f"{head} {1e3 * record['seconds']:9.4g} ms {record['gflops']:9.1f} GFLOP/s"
@@ -343,6 +273,8 @@ def describe(record: dict) -> str:
         line += f" ({100 * record['gflops'] / record['spec_peak_gflops']:.0f}% of datasheet peak)"
     if record.get("call_seconds") is not None:
         line += f"  one call {1e3 * record['call_seconds']:.4g} ms"
+    if record.get("noisy"):
+        line += f"  NOISY (spread {100 * record['relative_spread']:.0f}%)"
     if record.get("warm_seconds") is not None:
         line += f"  again {1e3 * record['warm_seconds']:.4g} ms"
     if record.get("aligned_from") is not None:

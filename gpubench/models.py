@@ -1,15 +1,6 @@
-"""The book's three models and its data preparation, as the chapters write them, and a model's
-training FLOPs per sample.
-
-Each is written once, in its chapter: the `#@save` cells of notebooks/Mnist_MLP_h1000.ipynb
-(the MLP, and `prepare`, which every chapter uses), Mnist_CNN.ipynb and Keras_Cifar_CNN.ipynb.
-`python tools/export_chapters.py` copies those cells between the markers below
-(d2l's way); tests/test_training.py fails when the two differ.
-
-Two bugs of the book's low-level TensorFlow CNN are fixed in the chapters:
-- it applied softmax and then a loss that applies softmax again (the loss expected
-  logits): our MNIST models output logits and the loss is told so;
-- its dropout stayed on while evaluating: Keras turns dropout off outside training.
+"""The book's three models and its data preparation, exported from the chapters' `#@save` cells
+(with two of the book's bugs fixed: softmax applied twice, dropout on while evaluating), and a
+model's training FLOPs per sample.
 """
 
 from __future__ import annotations

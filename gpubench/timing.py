@@ -1,37 +1,34 @@
-"""Honest timing: warm-up, device sync, repeats, and the first call reported on its own.
+"""Honest clocks: every timed region ends with a sync; the first call is reported apart.
 
-GPU work is asynchronous, and JAX's is on the CPU too: a call returns before the device has
-finished. Every timed region here ends with `sync(result)`, which waits for what the region
-returned and for the work queued before it (JAX and TensorFlow run a device's work in the
-order it was queued).
-
-Two figures, one definition each:
-- call latency (`measure`): one call, from the call to its result on the host, one sync per
-  call; what a program that calls once pays, launch and sync included.
-- product time (`measure_blocks`): calls queued back to back, one sync per block; the per-call
-  time is the block's time / its calls, the device's throughput. The block grows 1, 2, 4, ...
-  calls until one block lasts BLOCK_SECONDS, at most MAX_PER_BLOCK calls.
-Why 20 ms: a sync and two clock reads cost 25 to 55 us on a 2-core VM (the overhead per call
-that benchmarks/matmul_overhead.py prints), under 0.3 % of a 20 ms block; a longer block
-would slow the quick profile and hold more queued outputs in device memory. The cost: sizing
-takes under four targets (each block at most doubles), each timed block under two targets or
-one call, and the single calls are timed apart only when a call is shorter than the target
-(else the blocks are single calls), so a measurement adds at most about (4 + 3 x repeats) x
-20 ms to the calls a slow product needs anyway.
+Call latency (`measure`): one call until its result is ready on the device (a sync). Product
+time (`measure_blocks`): calls queued back to back, one sync per block, blocks repeated until
+their spread is under NOISE_THRESHOLD or TIME_CAP_S is spent (nvbench's noise criterion).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from gpubench import backends, telemetry
+from gpubench import backends, devices, machine, results
 from gpubench.params import positive_int
+
+BLOCK_SECONDS = 0.02  # a block lasts at least this long: a sync and the clock are < 1 % of it
+MAX_PER_BLOCK = 1024  # calls per block at most (memory: each queued call holds its output)
+NOISE_THRESHOLD = 0.05  # blocks repeat while IQR / median of their per-call times is above this
+TIME_CAP_S = 1.0  # ... until this many seconds of blocks have run, noisy or not
+STEADY_EPOCHS = "epochs 2..n"  # epoch 1 traces and compiles: every steady figure leaves it out
+CPU_REASON = "the device is the CPU"
+RAPL_ROOT = Path("/sys/class/powercap")
+_T = TypeVar("_T")
 
 
 def sync(*values: Any) -> None:
@@ -49,13 +46,18 @@ class Stats:
     iqr: float
     n: int
 
+    @property
+    def spread(self) -> float:
+        """The relative spread: IQR / median."""
+        return self.iqr / self.median if self.median > 0 else 0.0
 
-# Epoch 1 includes tracing and compilation (on JAX, compiling each new shape), so the steady
-# state is every epoch after it. Every steady figure (the median, IQR and fastest epoch, the GPU
-# busy %, Speed_Factors' rounds and rates) takes its epochs from `steady`; prose quotes this.
-STEADY_EPOCHS = "epochs 2..n"
 
-_T = TypeVar("_T")
+def summarize(times: Sequence[float]) -> Stats:
+    """Median, min, max and interquartile range of `times` (at least one value)."""
+    if not times:
+        raise ValueError("summarize() needs at least one timing")
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return Stats(float(median), float(min(times)), float(max(times)), float(q3 - q1), len(times))
 
 
 def steady(per_epoch: Sequence[_T]) -> list[_T]:
@@ -63,44 +65,122 @@ def steady(per_epoch: Sequence[_T]) -> list[_T]:
     return list(per_epoch[1:])
 
 
-def summarize(times: Sequence[float]) -> Stats:
-    """Median, min, max and interquartile range of `times` (at least one value)."""
-    if not times:
-        raise ValueError("summarize() needs at least one timing")
-    q1, median, q3 = np.percentile(times, [25, 50, 75])  # linear, as in statistics' "inclusive"
-    return Stats(float(median), float(min(times)), float(max(times)), float(q3 - q1), len(times))
-
-
 @dataclass(frozen=True)
 class Measurement:
-    """What `measure` found: the first call alone, then statistics of the repeats."""
+    """What a measurement found: the first call, per-call times of blocks, single calls."""
 
     first: float
     times: list[float]
     telemetry: dict | None = None
+    load_average: float | None = None
+    per_block: int = 1
+    calls: list[float] = field(default_factory=list)
+    noisy: bool = False
 
     @property
     def stats(self) -> Stats:
         """Statistics of the timed repeats (the first call is not among them)."""
         return summarize(self.times)
 
-
-@dataclass(frozen=True)
-class Blocks(Measurement):
-    """What `measure_blocks` found: `times` are per-call times of blocks of `per_block` calls,
-    `calls` the latencies of single calls (the blocks' own times when a block is one call)."""
-
-    per_block: int = 1
-    calls: list[float] = field(default_factory=list)
-
     @property
     def call_stats(self) -> Stats:
         """Statistics of the single calls' latencies."""
-        return summarize(self.calls)
+        return summarize(self.calls or self.times)
 
 
-BLOCK_SECONDS = 0.02  # a block lasts at least this long: a sync and the clock are < 1 % of it
-MAX_PER_BLOCK = 1024  # calls per block at most (memory: each queued call holds its output)
+def rapl_packages(root: Path | None = None) -> list[tuple[Path, int]]:
+    """(energy_uj path, wrap range in µJ) of each readable CPU package domain ([] if none)."""
+    packages = []
+    try:
+        for domain in sorted((RAPL_ROOT if root is None else root).glob("intel-rapl:*")):
+            if (re.fullmatch(r"intel-rapl:\d+", domain.name)
+                    and (domain / "name").read_text().startswith("package")):  # not "psys"
+                int((domain / "energy_uj").read_text())  # root-only on most kernels since 2020
+                packages.append((domain / "energy_uj",
+                                 int((domain / "max_energy_range_uj").read_text())))
+    except (OSError, ValueError):
+        return []
+    return packages
+
+
+def read_rapl(packages: Sequence[tuple[Path, int]]) -> tuple[int, ...] | None:
+    """The packages' energy counters in µJ, None if one cannot be read."""
+    try:
+        return tuple(int(path.read_text()) for path, _ in packages)
+    except (OSError, ValueError):
+        return None
+
+
+def rapl_joules(packages: Sequence[tuple[Path, int]],
+                readings: Sequence[tuple[int, ...] | None]) -> float | None:
+    """Joules of all packages over successive `read_rapl` readings, counting wrap-arounds."""
+    if not packages or len(readings) < 2 or None in readings:
+        return None
+    total = 0
+    for before, after in zip(readings, readings[1:], strict=False):
+        for (_, wrap), b, a in zip(packages, before, after, strict=True):
+            total += a - b if a >= b else a + wrap - b
+    return total / 1e6
+
+
+def _cpu_figures(seconds: float, cpu_seconds: float, joules: float | None) -> dict:
+    """A CPU region's telemetry object: every GPU figure null, CPU use and RAPL energy."""
+    found = results.unmeasured(CPU_REASON) | {"seconds": round(seconds, 6)}
+    if seconds > 0:
+        found["cpu_util_percent_mean"] = round(100 * cpu_seconds / seconds, 1)
+    if joules is not None:
+        found.update(cpu_energy_joules=round(joules, 3), cpu_energy_method="rapl")
+    return found
+
+
+class CpuMeter:
+    """A CPU region's telemetry, with no thread: this process's CPU use and RAPL energy."""
+
+    def start(self) -> CpuMeter:
+        """Read the clocks and the RAPL counters at the region's start."""
+        self.packages = rapl_packages()
+        self.begun = time.perf_counter(), time.process_time(), read_rapl(self.packages)
+        return self
+
+    def stop(self) -> dict:
+        """The region's telemetry object."""
+        wall, cpu, energy = self.begun
+        return _cpu_figures(time.perf_counter() - wall, time.process_time() - cpu,
+                            rapl_joules(self.packages, [energy, read_rapl(self.packages)]))
+
+
+def cpu_combined(parts: Sequence[dict]) -> dict:
+    """One CPU telemetry object from per-region ones: CPU use weighted by time, energy summed."""
+    energy = [p["cpu_energy_joules"] for p in parts]
+    return _cpu_figures(sum(p["seconds"] for p in parts),
+                        sum(p["seconds"] * (p["cpu_util_percent_mean"] or 0) for p in parts) / 100,
+                        sum(energy) if energy and None not in energy else None)
+
+
+def monitor(device: str):
+    """The telemetry of a region on `device`: NVML's Monitor on a GPU, else a CpuMeter."""
+    if not device.lower().lstrip("/").startswith("cpu") and devices.resolve(device) != "cpu":
+        from gpubench import telemetry  # noqa: PLC0415 - tools tier, only where a GPU is measured
+
+        return telemetry.Monitor(devices.resolve(device))
+    return CpuMeter()  # "cpu", or "cpu:N" of a CPU split into virtual devices
+
+
+def highest(*loads: float | None) -> float | None:
+    """The highest of load averages taken around a region (None when none was read)."""
+    return max((x for x in loads if x is not None), default=None)
+
+
+@contextlib.contextmanager
+def region(device: str | None) -> Iterator[dict]:
+    """Around a region: the dict yielded gets its `telemetry` and highest `load_average`."""
+    found = {"telemetry": None, "load_average": machine.load_average()}
+    meter = monitor(device).start() if device is not None else None
+    try:
+        yield found
+    finally:
+        found["telemetry"] = meter.stop() if meter is not None else None
+        found["load_average"] = highest(found["load_average"], machine.load_average())
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -111,8 +191,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def _block(fn: Callable[[], Any], calls: int) -> float:
-    """Seconds of `calls` calls of `fn` queued back to back, up to one sync on the last result
-    (only that one is kept alive: each call's result replaces the one before)."""
+    """Seconds of `calls` calls queued back to back, one sync on the last (the one kept)."""
     start = time.perf_counter()
     for _ in range(calls):
         result = fn()
@@ -120,61 +199,44 @@ def _block(fn: Callable[[], Any], calls: int) -> float:
     return time.perf_counter() - start
 
 
-def block_size(fn: Callable[[], Any], target: float = BLOCK_SECONDS,
-               most: int = MAX_PER_BLOCK) -> int:
-    """Calls per block: 1, 2, 4, ... until a block of them lasts `target` seconds, or `most`."""
-    calls = 1
-    while calls < most and _block(fn, calls) < target:
-        calls *= 2
-    return min(calls, most)
-
-
 def _warm(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
     """Check the counts, make `warmup` calls of `fn`; the first one's seconds (it compiles)."""
     positive_int("warmup", warmup)
     positive_int("repeats", repeats)
-    first = _timed(fn)
-    for _ in range(warmup - 1):
-        _timed(fn)
-    return first
-
-
-def _monitored(device: str | None, timings: Callable[[], list[float]]):
-    """`timings()` and the telemetry of a Monitor on `device` around it (None without one)."""
-    if device is None:
-        return timings(), None
-    with telemetry.Monitor(device) as monitor:
-        times = timings()
-    return times, monitor.result
+    return [_timed(fn) for _ in range(warmup)][0]
 
 
 def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
             device: str | None = None) -> Measurement:
-    """Time `warmup` calls of `fn`, the first reported alone (it compiles), then `repeats` calls,
-    each up to its own sync (call latency); with `device`, a telemetry.Monitor covers them."""
+    """Call latency: after `warmup` calls (the first kept apart), `repeats` calls, a sync each."""
     first = _warm(fn, warmup, repeats)
-    times, result = _monitored(device, lambda: [_timed(fn) for _ in range(repeats)])
-    return Measurement(first, times, result)
+    with region(device) as found:
+        times = [_timed(fn) for _ in range(repeats)]
+    return Measurement(first, times, **found)
 
 
 def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
                    device: str | None = None, target: float = BLOCK_SECONDS,
-                   most: int = MAX_PER_BLOCK) -> Blocks:
-    """Product time: after `warmup` calls (the first reported alone), size a block by
-    `block_size`, time `repeats` single calls (call latency) unless a block is one call, then
-    `repeats` blocks, each one sync; with `device`, a telemetry.Monitor covers the blocks."""
+                   most: int = MAX_PER_BLOCK, threshold: float = NOISE_THRESHOLD,
+                   cap: float = TIME_CAP_S) -> Measurement:
+    """Product time: blocks of calls, one sync each, at least `repeats`, more while noisy."""
     first = _warm(fn, warmup, repeats)
-    per_block = block_size(fn, target, most)
+    per_block = 1
+    while per_block < most and _block(fn, per_block) < target:
+        per_block = min(2 * per_block, most)
     calls = [_timed(fn) for _ in range(repeats)] if per_block > 1 else []
-    times, result = _monitored(
-        device, lambda: [_block(fn, per_block) / per_block for _ in range(repeats)])
-    return Blocks(first, times, result, per_block=per_block, calls=calls or times)
+    times, spent = [], 0.0
+    with region(device) as found:
+        while len(times) < repeats or (summarize(times).spread > threshold and spent < cap):
+            seconds = _block(fn, per_block)
+            spent += seconds
+            times.append(seconds / per_block)
+    return Measurement(first, times, per_block=per_block, calls=calls or times,
+                       noisy=summarize(times).spread > threshold, **found)
 
 
 def epoch_timer(device: str | None = None):
-    """A Keras callback that times every epoch, ending each with a sync on the model's variables;
-    with `device` (kept as `.device`, for the record), a telemetry.Monitor covers each epoch
-    (`.epoch_telemetry`)."""
+    """A Keras callback: each epoch's seconds up to a sync, its telemetry (with `device`), load."""
     keras = backends.keras()
 
     class EpochTimer(keras.callbacks.Callback):
@@ -185,13 +247,11 @@ def epoch_timer(device: str | None = None):
             self.device = device
             self.epoch_seconds: list[float] = []
             self.epoch_telemetry: list[dict] = []
-            self._start = 0.0
-            self._monitor = None
+            self.epoch_load_average: list[float | None] = []
 
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-            if device is not None:
-                self._monitor = telemetry.Monitor(device)
-                self._monitor.start()
+            self._load = machine.load_average()
+            self._monitor = monitor(device).start() if device is not None else None
             self._start = time.perf_counter()
 
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
@@ -199,35 +259,29 @@ def epoch_timer(device: str | None = None):
             self.epoch_seconds.append(time.perf_counter() - self._start)
             if self._monitor is not None:
                 self.epoch_telemetry.append(self._monitor.stop())
-                self._monitor = None
+            self.epoch_load_average.append(highest(self._load, machine.load_average()))
 
     return EpochTimer()
 
 
 def train_fields(epoch_seconds: Sequence[float], train_samples: int,
                  flops_per_sample: int | None) -> dict:
-    """A train record's timing fields: epoch times, epoch 1 on its own, the median and IQR of the
-    steady epochs, the total, and the throughput at the steady median (epoch 1's when alone)."""
+    """A train record's timing fields: epoch 1 apart, the steady median and IQR, throughput."""
     epochs = list(epoch_seconds)
-    later = steady(epochs)
-    stats = summarize(later) if later else None
+    stats = summarize(steady(epochs)) if len(epochs) > 1 else None
     per_epoch = stats.median if stats else epochs[0] if epochs else None
     rate = train_samples / per_epoch if per_epoch else None
-    return dict(
-        epoch_seconds=epochs,
-        first_epoch_seconds=epochs[0] if epochs else None,
-        steady_epoch_seconds=stats.median if stats else None,
-        steady_epoch_iqr=stats.iqr if stats else None,
-        total_seconds=float(sum(epochs)) if epochs else None,
-        samples_per_second=rate,
-        achieved_gflops=flops_per_sample * rate / 1e9 if rate and flops_per_sample else None,
-    )
+    flops = flops_per_sample * rate / 1e9 if rate and flops_per_sample else None
+    return dict(epoch_seconds=epochs, first_epoch_seconds=epochs[0] if epochs else None,
+                steady_epoch_seconds=stats.median if stats else None,
+                steady_epoch_iqr=stats.iqr if stats else None,
+                total_seconds=float(sum(epochs)) if epochs else None, samples_per_second=rate,
+                achieved_gflops=flops)
 
 
 def busy_percent(epoch_util: Sequence[float | None] | None,
                  run_mean: float | None) -> tuple[float | None, bool]:
-    """GPU busy % by its one definition (BUSY_DEFINITION), and whether it fell back to the run's
-    mean for want of per-epoch figures."""
+    """GPU busy %: the median of the steady epochs' figures, else the run's mean (and True)."""
     found = [u for u in steady(epoch_util or []) if u is not None]
     if found:
         return statistics.median(found), False

@@ -1,36 +1,21 @@
-"""Build a model in a recorded mode and record a training run the chapter did itself.
-
-The chapter shows the training, as the book did: it prepares the data with `models.prepare`
-(its own `#@save` cell), calls `model.fit` with `timing.epoch_timer` as a callback and
-`model.evaluate`, and then `record` writes one `train` record from the model, its history
-and the timer. Speed_Factors, Multi_GPU_Scaling and the benchmarks prepare the book's
-models' data with the same exported `models.prepare` (`split`).
+"""Build a model in a recorded mode, and record a training run the chapter did itself (its
+`model.fit` with `timing.epoch_timer` as a callback, then `model.evaluate`) as one train record.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections import namedtuple
 
 import numpy as np
 
-from gpubench import backends, devices, fmt, models, results, telemetry, timing
+from gpubench import backends, devices, fmt, matmul, models, results, timing
 from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
 
 CHANCE = 0.1  # ten classes
-
-
-@dataclass
-class Split:
-    """Model-ready float32 arrays: train, validation and test."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
+Split = namedtuple("Split", "x_train y_train x_val y_val x_test y_test")
+Split.__doc__ = "Model-ready float32 arrays: train, validation and test."
 
 
 @functools.cache
@@ -41,51 +26,57 @@ def input_shape(model_name: str) -> tuple:
 
 def split(model_name: str, data: Dataset) -> Split:
     """`data` prepared for one of the book's models by the chapters' `models.prepare`."""
-    (x_train, y_train), (x_val, y_val), (x_test, y_test) = models.prepare(
-        data, input_shape(model_name))
-    return Split(x_train, y_train, x_val, y_val, x_test, y_test)
+    return Split(*sum(models.prepare(data, input_shape(model_name)), ()))
 
 
 def build_model(model_name, device: str, *, precision: str = "float32",
                 learning_rate: float | None = None, xla: str = "off", steps_per_execution: int = 1):
-    """Build and compile `model_name` (or a builder) on `device` under the dtype policy `precision`,
-    with `xla` ("off", "on", "auto") as jit_compile; `learning_rate` None keeps the book's."""
+    """A book model (by name) or a builder's, compiled on `device` in the mode given."""
     builder = (model_name if callable(model_name)
                else models.BUILDERS[check_value("model", model_name)])
     options = dict(jit_compile=backends.current().jit_compile(check_value("xla", xla)),
-                   steps_per_execution=positive_int("steps_per_execution",
-                                                    steps_per_execution))
+                   steps_per_execution=positive_int("steps_per_execution", steps_per_execution))
     if learning_rate is not None:
         options["learning_rate"] = learning_rate
-    mixed_precision = models.keras.mixed_precision
-    previous = mixed_precision.global_policy()
-    mixed_precision.set_global_policy(check_value("precision", precision))
+    policy = models.keras.mixed_precision
+    previous = policy.global_policy()
+    policy.set_global_policy(check_value("precision", precision))
     try:
         with devices.scope(device):
             return builder(**options)
     finally:
-        mixed_precision.set_global_policy(previous)
+        policy.set_global_policy(previous)
 
 
-def mode_fields(model, *, input_pipeline: str = "arrays") -> dict:
-    """The mode a compiled model trains in, as Keras resolved it, for a train record."""
-    return dict(
-        jit_compile=bool(model.jit_compile),
-        precision=model.dtype_policy.name,
-        steps_per_execution=int(model.steps_per_execution),
-        input_pipeline=check_value("input_pipeline", input_pipeline),
-        flops_per_sample=models.flops_per_sample(model),
-    )
+def mode_fields(model, *, input_pipeline: str = "arrays", device: str | None = None) -> dict:
+    """The mode a compiled model trains in, as Keras resolved it; with `device`, `tf32` too."""
+    fields = dict(jit_compile=bool(model.jit_compile), precision=model.dtype_policy.name,
+                  steps_per_execution=int(model.steps_per_execution),
+                  input_pipeline=check_value("input_pipeline", input_pipeline),
+                  flops_per_sample=models.flops_per_sample(model))
+    if device is not None:
+        fields["tf32"] = matmul.tf32_of(devices.resolve(device), model.dtype_policy.compute_dtype)
+    return fields
+
+
+def _telemetry(timer, device: str) -> dict:
+    """The run's telemetry object and the per-epoch lists, from the timer's epochs."""
+    parts = timer.epoch_telemetry
+    if not parts:
+        return {"telemetry": None}
+    if device.startswith("gpu"):
+        from gpubench import telemetry  # noqa: PLC0415 - tools tier, only where a GPU is measured
+
+        return {"telemetry": telemetry.combine(parts), **telemetry.epoch_fields(parts)}
+    return {"telemetry": timing.cpu_combined(parts),
+            "epoch_cpu_util_percent": [p["cpu_util_percent_mean"] for p in parts]}
 
 
 def record(model, history, timer, data: Dataset, *, batch_size: int,
            samples: tuple[int, int], test: tuple[float, float] | None = None,
            error: BaseException | None = None, store: results.ResultsStore | None = None,
            env: str | None = None, notebook: str = "") -> dict:
-    """The `train` record of a `model.fit` the caller ran: its epochs from `history` (None if fit
-    failed), epoch times and telemetry from `timer` (timing.epoch_timer, made with the device),
-    `samples` = (training, validation) images, `test` = evaluate's (loss, accuracy). With
-    `error`, the record says how it failed and keeps the epochs measured. Stored in `store`."""
+    """The train record of a `model.fit` with `timer`, and `test` (evaluate's) or its `error`."""
     positive_int("batch_size", batch_size)
     if timer.device is None:
         raise ValueError("record() needs the epoch timer of the device it trained on: "
@@ -93,16 +84,17 @@ def record(model, history, timer, data: Dataset, *, batch_size: int,
     if error is None and test is None:
         raise ValueError("record() needs test=(loss, accuracy), what model.evaluate returned, "
                          "or error=the exception that stopped the training")
-    epochs = history.params["epochs"] if history is not None else len(timer.epoch_seconds)
-    mode = mode_fields(model)
+    device = devices.resolve(timer.device)
+    mode = mode_fields(model, device=device)
     fields = dict(
-        notebook=notebook, env=env or results.default_env_name(),
-        device=devices.resolve(timer.device), model=model.name, dataset=data.name,
-        data_source=data.source, data_verified=data.verified, epochs=epochs,
-        batch_size=batch_size, train_samples=samples[0], validation_samples=samples[1],
-        **mode, **timing.train_fields(timer.epoch_seconds, samples[0], mode["flops_per_sample"]),
-        telemetry=telemetry.combine(timer.epoch_telemetry) if timer.epoch_telemetry else None,
-        **telemetry.epoch_fields(timer.epoch_telemetry))
+        notebook=notebook, env=env or results.default_env_name(), device=device,
+        model=model.name, dataset=data.name, data_source=data.source,
+        data_verified=data.verified, batch_size=batch_size, train_samples=samples[0],
+        epochs=history.params["epochs"] if history is not None else len(timer.epoch_seconds),
+        validation_samples=samples[1], **mode, **_telemetry(timer, device),
+        **timing.train_fields(timer.epoch_seconds, samples[0], mode["flops_per_sample"]),
+        load_average=timing.highest(*timer.epoch_load_average),
+        epoch_load_average=timer.epoch_load_average)
     if error is not None:
         message = f"{type(error).__name__} after {len(timer.epoch_seconds)} epoch(s): {error}"
         made = results.make_record("train", status=backends.failure(error)[0],
@@ -123,31 +115,30 @@ def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int = 10) 
 
 def summary(record: dict) -> str:
     """A few lines that say what a train record measured."""
-    if record["status"] != "ok":
-        return f"{record['model']} on {record['device']}: {record['status']}: {record['error']}"
-    steady = record["steady_epoch_seconds"]
-    steady_text = (f"{steady:.2f} s median of epochs 2..{record['epochs']} "
-                   f"(IQR {record['steady_epoch_iqr']:.2f} s)" if steady is not None
-                   else "n/a (one epoch)")
-    source = record["data_source"] + (" — NOT the real dataset" if record["data_source"]
-                                      == "synthetic" else "")
+    r = record
+    if r["status"] != "ok":
+        return f"{r['model']} on {r['device']}: {r['status']}: {r['error']}"
+    steady = (f"{r['steady_epoch_seconds']:.2f} s median of epochs 2..{r['epochs']} "
+              f"(IQR {r['steady_epoch_iqr']:.2f} s)" if r["steady_epoch_seconds"] is not None
+              else "n/a (one epoch)")
+    backend = r.get("backend") or "tensorflow"
+    compiling = (f"{backends.COMPILER[backend]} {'on' if r['jit_compile'] else 'off'}"
+                 + (" (JAX always compiles)" if backend == "jax" else ""))
     return "\n".join([
-        f"{record['model']} on {record['device']} ({record['env']} env), "
-        f"{record['epochs']} epochs x {record['train_samples']:,} images, "
-        f"batch {record['batch_size']}",
-        f"  total:        {record['total_seconds']:.1f} s   <- the book's table compares this",
-        f"  epoch 1:      {record['first_epoch_seconds']:.2f} s (includes tracing and compilation)",
-        f"  steady epoch: {steady_text}",
-        f"  throughput:   {record['samples_per_second']:,.0f} images/s",
-        f"  mode:         {record.get('backend', 'tensorflow')}, {record['precision']}, "
-        f"XLA {'on' if record['jit_compile'] else 'off'}"
-        + (" (JAX always compiles)" if record.get("backend") == "jax" else "") + ", "
-        f"{record['achieved_gflops']:.1f} GFLOP/s achieved ({record['flops_per_sample']:,} FLOPs "
-        "per image)",
-        f"  test:         accuracy {record['test_accuracy']:.4f}, loss {record['test_loss']:.4f}"
+        f"{r['model']} on {r['device']} ({r['env']} env), {r['epochs']} epochs x "
+        f"{r['train_samples']:,} images, batch {r['batch_size']}",
+        f"  total:        {r['total_seconds']:.1f} s   <- the book's table compares this",
+        f"  epoch 1:      {r['first_epoch_seconds']:.2f} s (includes tracing and compilation)",
+        f"  steady epoch: {steady}",
+        f"  throughput:   {r['samples_per_second']:,.0f} images/s",
+        f"  mode:         {backends.backend_title(backend)}, "
+        f"{fmt.dtype_label(r['precision'], r.get('tf32'))}, {compiling}, "
+        f"{r['achieved_gflops']:.1f} GFLOP/s achieved ({r['flops_per_sample']:,} FLOPs per image)",
+        f"  test:         accuracy {r['test_accuracy']:.4f}, loss {r['test_loss']:.4f}"
         + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
-           "meaningful)" if record["test_accuracy"] < 2 * CHANCE else ""),
-        f"  data:         {record['dataset']} from {source}",
-        "  telemetry:    " + fmt.telemetry_line(record["telemetry"], record["epochs"],
-                                                record.get("epoch_gpu_util_percent")),
+           "meaningful)" if r["test_accuracy"] < 2 * CHANCE else ""),
+        f"  data:         {r['dataset']} from {r['data_source']}"
+        + (" — NOT the real dataset" if r["data_source"] == "synthetic" else ""),
+        "  telemetry:    " + fmt.telemetry_line(r["telemetry"], r["epochs"],
+                                                r.get("epoch_gpu_util_percent")),
     ])

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FASHION_DIR, REPO
 from gpubench import data
-from gpubench.data import DataError, DataUnavailable, WrongDataset, checksums, loading, sources
+from gpubench.data import DataError, DataUnavailable, WrongDataset, files
 
 # ---------------------------------------------------------------- fixtures and writers
 
@@ -30,10 +30,10 @@ def offline(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     www = tmp_path / "www"
     www.mkdir()
-    monkeypatch.setattr(sources, "MNIST_URL", www.as_uri() + "/mnist.npz")
-    monkeypatch.setattr(sources, "FASHION_MNIST_BASE_URL", www.as_uri() + "/")
-    monkeypatch.setattr(sources, "CIFAR10_URL", www.as_uri() + "/cifar-10-python.tar.gz")
-    monkeypatch.setattr(loading, "_WARNED", set())  # each test starts as a fresh process would
+    monkeypatch.setattr(files, "MNIST_URL", www.as_uri() + "/mnist.npz")
+    monkeypatch.setattr(files, "FASHION_MNIST_BASE_URL", www.as_uri() + "/")
+    monkeypatch.setattr(files, "CIFAR10_URL", www.as_uri() + "/cifar-10-python.tar.gz")
+    monkeypatch.setattr(data, "WARNED", set())  # each test starts as a fresh process would
     return www  # files put here can be "downloaded"
 
 
@@ -378,9 +378,9 @@ def test_keras_cache_is_identified_by_checksum(tmp_path):
 def test_keras_cache_holding_the_other_dataset_is_an_error(tmp_path, monkeypatch):
     folder = cache_dir(tmp_path) / "fashion-mnist"
     write_idx_dir(folder)
-    table = dict(checksums.OFFICIAL_SHA256)
+    table = dict(files.OFFICIAL_SHA256)
     fake = {sha256(folder / f"{base}.gz"): ("mnist", base) for base in data.IDX_FILES}
-    monkeypatch.setattr(checksums, "OFFICIAL_SHA256", table | fake)  # these files are "MNIST's" now
+    monkeypatch.setattr(files, "OFFICIAL_SHA256", table | fake)  # these files are "MNIST's" now
     for source in ("keras", "auto"):
         with pytest.raises(WrongDataset) as info:
             data.load("fashion_mnist", source, verbose=False)
@@ -389,20 +389,20 @@ def test_keras_cache_holding_the_other_dataset_is_an_error(tmp_path, monkeypatch
     # One file of the other dataset among unknown ones: that file is named.
     label_file = folder / idx_name("y_test")
     one = {sha256(label_file): ("mnist", IDX["y_test"])}
-    monkeypatch.setattr(checksums, "OFFICIAL_SHA256", table | one)
+    monkeypatch.setattr(files, "OFFICIAL_SHA256", table | one)
     with pytest.raises(WrongDataset) as info:
         data.load("fashion_mnist", "keras", verbose=False)
     assert f"but {label_file} is MNIST's" in str(info.value)
 
 
 def test_official_checksum_table():
-    sums = checksums.OFFICIAL_SHA256
+    sums = files.OFFICIAL_SHA256
     assert all(len(s) == 64 and int(s, 16) >= 0 for s in sums)
-    for name in ("mnist", "fashion_mnist"):  # each IDX file gzipped and raw
+    for name in ("mnist", "fashion_mnist"):  # each IDX file by its decompressed bytes
         assert sorted(base for dataset, base in sums.values() if dataset == name) == sorted(
-            [*data.IDX_FILES, *data.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
-    assert sums[checksums.MNIST_SHA256] == ("mnist", "mnist.npz")
-    assert sums[checksums.CIFAR10_SHA256] == ("cifar10", data.CIFAR10_ARCHIVE)
+            [*data.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
+    assert sums[files.MNIST_SHA256] == ("mnist", "mnist.npz")
+    assert sums[files.CIFAR10_SHA256] == ("cifar10", data.CIFAR10_ARCHIVE)
 
 
 # ---------------------------------------------------------------- CIFAR-10 (source="dir")
@@ -490,7 +490,7 @@ def test_cifar_missing_batch_or_nothing_found(tmp_path):
 def test_keras_download_lands_in_the_keras_cache_and_is_reused(tmp_path, monkeypatch, offline):
     arrays = make_arrays()
     served = write_npz(offline / "mnist.npz", arrays)
-    monkeypatch.setattr(checksums, "MNIST_SHA256", sha256(served))
+    monkeypatch.setattr(files, "MNIST_SHA256", sha256(served))
     dataset = data.load("mnist", "keras", verbose=False)
     cached = cache_dir(tmp_path) / "mnist.npz"
     assert_same(dataset, arrays)
@@ -506,21 +506,21 @@ def test_keras_download_lands_in_the_keras_cache_and_is_reused(tmp_path, monkeyp
 def test_keras_download_with_wrong_hash_is_an_error_and_kept_nowhere(tmp_path, offline):
     write_npz(offline / "mnist.npz", make_arrays())
     message = error("mnist", "keras")
-    assert sources.MNIST_URL in message and "sha256" in message and checksums.MNIST_SHA256 in message
+    assert files.MNIST_URL in message and "sha256" in message and files.MNIST_SHA256 in message
     assert list(cache_dir(tmp_path).iterdir()) == []
 
 
 def test_keras_cached_file_with_wrong_hash_is_not_trusted(tmp_path, monkeypatch, offline):
     write_npz(cache_dir(tmp_path) / "mnist.npz", make_arrays(seed=1))  # stale or damaged copy
     good = make_arrays(seed=2)
-    monkeypatch.setattr(checksums, "MNIST_SHA256", sha256(write_npz(offline / "mnist.npz", good)))
+    monkeypatch.setattr(files, "MNIST_SHA256", sha256(write_npz(offline / "mnist.npz", good)))
     assert_same(data.load("mnist", "keras", verbose=False), good)  # downloaded again
 
 
 def test_keras_download_failure_names_the_url(tmp_path):
     with pytest.raises(DataUnavailable) as info:
         data.load("mnist", "keras", verbose=False)
-    assert sources.MNIST_URL in str(info.value) and 'source="dir"' in str(info.value)
+    assert files.MNIST_URL in str(info.value) and 'source="dir"' in str(info.value)
     assert list(cache_dir(tmp_path).iterdir()) == []
 
 
@@ -529,8 +529,8 @@ def test_keras_download_times_out(monkeypatch):
         server.bind(("127.0.0.1", 0))
         server.listen(8)
         url = f"http://127.0.0.1:{server.getsockname()[1]}/cifar-10-python.tar.gz"
-        monkeypatch.setattr(sources, "CIFAR10_URL", url)
-        monkeypatch.setattr(sources, "DOWNLOAD_TIMEOUT", 1.0)
+        monkeypatch.setattr(files, "CIFAR10_URL", url)
+        monkeypatch.setattr(files, "DOWNLOAD_TIMEOUT", 1.0)
         with pytest.raises(DataUnavailable, match="timed out") as info:
             data.load("cifar10", "keras", verbose=False)
     assert url in str(info.value) and socket.getdefaulttimeout() is None
@@ -542,7 +542,7 @@ def test_keras_fashion_mnist_and_cifar10_use_keras_file_names(tmp_path, monkeypa
     assert_same(dataset, arrays)
     assert dataset.origin == str(cache_dir(tmp_path) / "fashion-mnist")
     batches = write_cifar_archive(offline / "cifar-10-python.tar.gz")
-    monkeypatch.setattr(checksums, "CIFAR10_SHA256", sha256(offline / "cifar-10-python.tar.gz"))
+    monkeypatch.setattr(files, "CIFAR10_SHA256", sha256(offline / "cifar-10-python.tar.gz"))
     assert_cifar(data.load("cifar10", "keras", verbose=False), batches)
     assert (cache_dir(tmp_path) / "cifar-10-batches-py-target_archive").is_file()
 
@@ -562,7 +562,7 @@ def test_keras_cached_truncated_idx_is_named(tmp_path):
 def test_auto_offline_falls_back_to_synthetic_with_a_warning_once(capsys):
     dataset = data.load("cifar10", max_train_samples=100)
     assert dataset.source == "synthetic" and dataset.synthetic and dataset.verified is None
-    assert sources.CIFAR10_URL in dataset.note and "dir: not tried" in dataset.note
+    assert files.CIFAR10_URL in dataset.note and "dir: not tried" in dataset.note
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Downloading")]
     assert len(lines) == 2 and lines[0].startswith("WARNING:") and "SYNTHETIC DATA" in lines[0]
     assert lines[1] == f"Data: {dataset.describe()}" and "SYNTHETIC DATA" in lines[1]
@@ -590,12 +590,12 @@ def test_printed_lines_show_the_home_folder_as_tilde(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert dataset.origin == str(tmp_path / "data" / "mnist")  # the record keeps the full path
     assert "into ~/keras_home/datasets" in out and "from directory ~/data/mnist:" in out
-    assert str(tmp_path) not in out.replace(sources.MNIST_URL, "")  # (the test's URL is a file:// URL)
+    assert str(tmp_path) not in out.replace(files.MNIST_URL, "")  # (the test's URL is a file:// URL)
 
 
 def test_auto_prefers_the_keras_cache(tmp_path, monkeypatch, capsys):
     arrays = make_arrays(seed=5)
-    monkeypatch.setattr(checksums, "MNIST_SHA256", sha256(write_npz(cache_dir(tmp_path) / "mnist.npz", arrays)))
+    monkeypatch.setattr(files, "MNIST_SHA256", sha256(write_npz(cache_dir(tmp_path) / "mnist.npz", arrays)))
     write_idx_dir(tmp_path / "data")
     dataset = data.load("mnist", "auto", data_dir=tmp_path / "data", verbose=False)
     assert dataset.source == "keras" and dataset.note is None

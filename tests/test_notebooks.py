@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -319,3 +320,56 @@ def test_nbval_fails_when_a_checked_output_changes(tmp_path, cpu_kernel):
     cells = sum(c.cell_type == "code" for c in nb.cells)
     assert re.search(rf"\b1 failed, {2 * cells - 1} passed", proc.stdout), proc.stdout[-3000:]
     assert "795,011" in proc.stdout
+
+
+BOOK_CHAPTERS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN")
+CHAPTER_LINES = 2500  # issue 30: the four book chapters, run whole on a CPU, load at most this
+
+
+def lines_of(modules: dict[str, str | None]) -> dict[str, int]:
+    """{module: its file's line count} of the modules that have a file."""
+    return {name: len(Path(file).read_text(encoding="utf-8").splitlines())
+            for name, file in modules.items() if file}
+
+
+@pytest.mark.slow
+def test_the_book_chapters_load_the_chapter_tier_only_and_few_lines(nbval_run):
+    """The four book chapters as the session's nbval pass ran them (quick, synthetic data, the
+    gpubench-cpu kernel; tests/nbval_modules.py asked each kernel after its last cell): no module
+    of the tools tier, and at most CHAPTER_LINES lines of gpubench between them."""
+    from test_layers import declared_tiers, tier_of
+
+    tiers, union = declared_tiers(), {}
+    for name in BOOK_CHAPTERS:
+        loaded = json.loads((nbval_run.folder / "modules" / f"{name}.json").read_text())
+        tools = sorted(m for m in loaded if tier_of(m, tiers) == "tools")
+        assert not tools, f"{name} loads the tools tier: {', '.join(tools)}"
+        union.update(lines_of(loaded))
+    total = sum(union.values())
+    largest = ", ".join(f"{m} {n}" for m, n in sorted(union.items(), key=lambda x: -x[1])[:12])
+    print(f"\nthe four book chapters load {len(union)} gpubench modules, {total:,} lines: {largest}")
+    assert total <= CHAPTER_LINES, f"{total:,} lines in {len(union)} modules: {largest}"
+
+
+@pytest.mark.slow
+def test_gpu_telemetry_adds_what_a_gpu_region_loads(nbval_run):
+    """The closing note's figure with GPU telemetry active: the chapters' modules, plus what a GPU
+    region loads (telemetry's Monitor on tests/fake_pynvml's fake NVML, and the datasheet peaks),
+    imported in one Python, since a CPU kernel cannot run a chapter on a GPU. Printed only."""
+    folder = nbval_run.folder / "modules"
+    if not folder.is_dir():
+        pytest.skip("the session's nbval pass recorded no modules")
+    chapters = sorted({m for name in BOOK_CHAPTERS
+                       for m in json.loads((folder / f"{name}.json").read_text())})
+    script = ("import importlib, json, sys\n"
+              f"for m in {chapters!r}: importlib.import_module(m)\n"
+              "from fake_pynvml import FakeGPU, FakeNVML\n"
+              "from gpubench import peaks, telemetry\n"
+              "telemetry.Monitor('gpu:0', nvml=FakeNVML(gpus=[FakeGPU()])).start().stop()\n"
+              "print(json.dumps({n: getattr(m, '__file__', None) for n, m in sys.modules.items()"
+              " if n.startswith('gpubench')}))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "tests")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    union = lines_of(json.loads(proc.stdout.splitlines()[-1]))
+    print(f"\nwith GPU telemetry: {len(union)} gpubench modules, {sum(union.values()):,} lines")

@@ -4,13 +4,17 @@ in blocks of calls, one sync each), and the EpochTimer."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from gpubench import backends, timing
+from conftest import REPO
+from gpubench import backends, machine, results, timing
 
 
 def test_summarize_known_values():
@@ -160,6 +164,7 @@ def test_epoch_timer_times_every_epoch_with_its_telemetry():
     assert all(s > 0 for s in timer.epoch_seconds)
     assert len(timer.epoch_telemetry) == 3
     assert all(t["reason"] == "the device is the CPU" for t in timer.epoch_telemetry)
+    assert len(timer.epoch_load_average) == 3 and None not in timer.epoch_load_average
 
 
 def test_epoch_timer_syncs_on_the_variables_once_per_epoch_before_stopping_the_clock(monkeypatch):
@@ -229,3 +234,92 @@ def test_every_steady_figure_follows_the_one_rule(monkeypatch):
     median, rates, busy, text = figures()
     assert (median, rates, busy) == (2.0, [6 / 1, 6 / 3], (80.0, False))
     assert "steady epochs 1.0–3.0 s" in text
+
+
+# ---- the stopping rule: blocks repeat while noisy, up to the time cap
+
+def test_steady_blocks_stop_at_the_minimum_and_are_not_noisy(fake_device):
+    device = fake_device(call_s=1e-3)
+    m = timing.measure_blocks(device.fn, repeats=5, target=0.02)
+    assert len(m.times) == 5 and m.noisy is False and m.stats.spread == 0.0
+
+
+def test_noisy_blocks_repeat_until_the_time_cap_and_say_so(fake_device, monkeypatch):
+    device = fake_device(call_s=1e-3)
+    real_fn, state = device.fn, {"n": 0}
+
+    def jittery():  # every other call 3x slower: blocks of one call, spread far above 5 %
+        state["n"] += 1
+        device.now += 2e-3 * (state["n"] % 2)
+        return real_fn()
+
+    m = timing.measure_blocks(jittery, repeats=3, target=1e-4, most=1, cap=0.1)
+    assert len(m.times) > 3 and m.noisy is True  # more than the minimum, and flagged
+    assert sum(m.times) == pytest.approx(0.1, abs=0.01)  # stopped by the cap
+    assert m.stats.spread > timing.NOISE_THRESHOLD
+    quiet = timing.measure_blocks(jittery, repeats=3, target=1e-4, most=1, cap=0.1, threshold=10)
+    assert len(quiet.times) == 3 and quiet.noisy is False  # under a looser threshold
+
+
+def test_a_region_records_its_highest_load_average(monkeypatch):
+    loads = iter([0.5, 3.0])
+    monkeypatch.setattr(machine, "load_average", lambda: next(loads))
+    m = timing.measure(lambda: None, repeats=2)
+    assert m.load_average == 3.0 and m.telemetry is None
+
+
+# ---- the CPU meter: CPU use and RAPL, with no thread (telemetry stays unloaded)
+
+def rapl_tree(root, counters: dict[str, tuple[str, int, int]]):
+    """A powercap folder: domain -> (name, energy_uj, max_energy_range_uj)."""
+    for domain, (name, energy, wrap) in counters.items():
+        (root / domain).mkdir(parents=True, exist_ok=True)
+        (root / domain / "name").write_text(name + "\n")
+        (root / domain / "energy_uj").write_text(f"{energy}\n")
+        (root / domain / "max_energy_range_uj").write_text(f"{wrap}\n")
+    return root
+
+
+def test_rapl_packages_are_the_package_domains_only(tmp_path):
+    root = rapl_tree(tmp_path, {"intel-rapl:0": ("package-0", 5, 100),
+                                "intel-rapl:0:0": ("core", 1, 100),
+                                "intel-rapl:1": ("psys", 7, 100)})
+    assert timing.rapl_packages(root) == [(root / "intel-rapl:0" / "energy_uj", 100)]
+    assert timing.rapl_packages(tmp_path / "nowhere") == []
+    (root / "intel-rapl:0" / "energy_uj").chmod(0)
+    if os.geteuid() != 0:  # root reads it anyway
+        assert timing.rapl_packages(root) == []
+
+
+def test_rapl_joules_count_wrap_arounds():
+    packages = [("a", 1_000_000), ("b", 10_000_000)]
+    readings = [(900_000, 5_000_000), (100_000, 6_000_000), (300_000, 6_500_000)]
+    # a: 0.9 -> 0.1 wraps (+0.2 J), then +0.2 J; b: +1 J, then +0.5 J
+    assert timing.rapl_joules(packages, readings) == pytest.approx(0.2 + 0.2 + 1.0 + 0.5)
+    assert timing.rapl_joules(packages, [readings[0], None]) is None
+    assert timing.rapl_joules([], readings) is None and timing.rapl_joules(packages, []) is None
+
+
+def test_the_cpu_meter_gives_cpu_use_and_rapl_energy(tmp_path, monkeypatch):
+    root = rapl_tree(tmp_path, {"intel-rapl:0": ("package-0", 1_000_000, 2**32)})
+    monkeypatch.setattr(timing, "RAPL_ROOT", root)
+    meter = timing.CpuMeter().start()
+    sum(i * i for i in range(300_000))  # busy on this process's CPU
+    (root / "intel-rapl:0" / "energy_uj").write_text("3500000\n")
+    result = meter.stop()
+    assert set(result) == set(results.TELEMETRY_FIELDS)
+    assert result["reason"] == timing.CPU_REASON and result["source"] is None
+    assert result["cpu_util_percent_mean"] > 20 and result["seconds"] > 0
+    assert (result["cpu_energy_joules"], result["cpu_energy_method"]) == (2.5, "rapl")
+    combined = timing.cpu_combined([result, result])
+    assert combined["cpu_energy_joules"] == 5.0
+    assert combined["cpu_util_percent_mean"] == pytest.approx(result["cpu_util_percent_mean"],
+                                                              abs=0.1)
+
+
+def test_a_cpu_region_loads_no_telemetry_module():
+    code = ("import sys; from gpubench import timing\n"
+            "m = timing.measure(lambda: None, repeats=2, device='cpu')\n"
+            "assert m.telemetry['cpu_util_percent_mean'] is not None\n"
+            "sys.exit(any(n.startswith('gpubench.telemetry') for n in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

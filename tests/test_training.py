@@ -154,6 +154,12 @@ def test_train_record_is_complete_and_consistent(tmp_path):
     assert record["samples_per_second"] == pytest.approx(1100 / record["steady_epoch_seconds"])
     assert record["jit_compile"] is False and record["precision"] == "float32"
     assert record["steps_per_execution"] == 1 and record["input_pipeline"] == "arrays"
+    assert record["tf32"] is False  # a CPU has no TF32
+    assert len(record["epoch_load_average"]) == 3
+    assert record["load_average"] == max(record["epoch_load_average"])
+    assert record["telemetry"]["reason"] == "the device is the CPU"
+    assert len(record["epoch_cpu_util_percent"]) == 3
+    assert record["telemetry"]["cpu_util_percent_mean"] is not None
     assert record["flops_per_sample"] == 4_764_000
     assert record["achieved_gflops"] == pytest.approx(4_764_000 * record["samples_per_second"] / 1e9)
     assert record["test_accuracy"] == pytest.approx(history.model.evaluate(
@@ -299,3 +305,32 @@ def test_a_ratio_never_reads_zero_for_a_large_slowdown(ratio, text):
     from gpubench.fmt import fmt_ratio
 
     assert fmt_ratio(ratio) == text
+
+
+def test_a_gpu_record_combines_its_epochs_telemetry_and_says_tf32(fake_machine, monkeypatch):
+    """On a GPU, the epochs' NVML telemetry is combined by the tools tier (imported there only)
+    and the record says whether its float32 matmuls could use TF32; on a CPU, neither."""
+    from types import SimpleNamespace
+
+    from gpubench import backends
+
+    fake_machine(gpus=1, cuda_build=True)
+    monkeypatch.setattr(backends.current(), "tf32_enabled", lambda: True)
+    ds = data.load("mnist", source="synthetic", max_train_samples=200, verbose=False)
+    model = training.build_model("mlp_h1000", "cpu")
+    epochs = [results.unmeasured(None) | {"source": "nvml", "seconds": s, "samples": 10,
+                                          "gpu_util_percent_mean": u, "energy_joules": 5.0}
+              for s, u in ((2.0, 40.0), (1.0, 70.0))]
+    timer = SimpleNamespace(device="gpu:0", epoch_seconds=[2.0, 1.0], epoch_telemetry=epochs,
+                            epoch_load_average=[0.5, 1.5])
+    record = training.record(model, None, timer, ds, batch_size=100, samples=(150, 50),
+                             test=(0.3, 0.9))
+    assert record["tf32"] is True and record["device"] == "gpu:0"
+    assert record["telemetry"]["source"] == "nvml" and record["telemetry"]["energy_joules"] == 10
+    assert record["epoch_gpu_util_percent"] == [40.0, 70.0]
+    assert (record["load_average"], record["epoch_load_average"]) == (1.5, [0.5, 1.5])
+    model = training.build_model("mlp_h1000", "cpu", precision="mixed_bfloat16")
+    assert training.mode_fields(model, device="gpu:0")["tf32"] is None  # 16-bit matmuls
+    assert training.mode_fields(model, device="cpu")["tf32"] is None
+    assert training.mode_fields(training.build_model("mlp_h1000", "cpu"),
+                                device="cpu")["tf32"] is False

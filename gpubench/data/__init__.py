@@ -1,41 +1,175 @@
-"""MNIST, Fashion-MNIST and CIFAR-10 for the training benchmark: real, or synthetic and labelled.
-
-`load(name, source)` returns a `Dataset` of uint8 images and int64 labels from "keras" (the
-Keras cache, filled and hash-checked by `keras.utils.get_file`, with the files and names of
-`keras.datasets.*.load_data`), "dir" (the official files in a folder: IDX raw or gzipped,
-mnist.npz, CIFAR-10's python batches or cifar-10-python.tar.gz), "synthetic", or "auto" (keras,
-then dir when data_dir is given, then synthetic with a warning). Keras loads only for "keras".
-The files read are identified by their SHA-256 (checksums.OFFICIAL_SHA256): another dataset's
-official files are an error, files that match nothing are loaded and marked unverified.
-
-Modules: `datasets` (the datasets' facts, `Dataset`, the errors), `checksums` (the official
-sums and identifying files by them), `formats` (the IDX, npz and CIFAR-10 readers), `sources`
-(the Keras cache, a folder, synthetic images), `loading` (`load` and the lines it prints). A
-test that points a download elsewhere patches `sources` (URLs) or `checksums` (sums).
+"""MNIST, Fashion-MNIST and CIFAR-10, real or synthetic: `load(name, source)` returns a
+`Dataset` from "keras" (the Keras cache), "dir" (the official files in a folder, `files`),
+"synthetic", or "auto" (keras, then dir when data_dir is given, then synthetic with a warning).
 """
 
 from __future__ import annotations
 
-from gpubench.data.datasets import (
-    CIFAR10_ARCHIVE,
-    CIFAR10_BATCHES,
-    CIFAR10_FOLDER,
-    CLASS_NAMES,
-    IDX_FILES,
-    IMAGE_SHAPES,
-    NUM_CLASSES,
-    TITLES,
-    DataError,
-    Dataset,
-    DataUnavailable,
-    WrongDataset,
-)
-from gpubench.data.loading import load
-from gpubench.params import DATASETS, SOURCES, check_source
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpubench.params import DATASETS, SOURCES, check_source, positive_int
 from gpubench.params import check_dataset as check_name  # the names' rules: params
 
-__all__ = [
-    "CIFAR10_ARCHIVE", "CIFAR10_BATCHES", "CIFAR10_FOLDER", "CLASS_NAMES", "DATASETS",
-    "IDX_FILES", "IMAGE_SHAPES", "NUM_CLASSES", "SOURCES", "TITLES", "DataError",
-    "DataUnavailable", "Dataset", "WrongDataset", "check_name", "check_source", "load",
-]
+# The four IDX files in the order x_train, y_train, x_test, y_test.
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
+CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py"
+TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
+IMAGE_SHAPES = {"mnist": (28, 28), "fashion_mnist": (28, 28), "cifar10": (32, 32, 3)}
+NUM_CLASSES = 10
+CLASS_NAMES = {
+    "mnist": [str(digit) for digit in range(10)],
+    "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                      "Sneaker", "Bag", "Ankle boot"],
+    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+                "truck"],
+}
+SYNTHETIC_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}  # test: 10,000
+# Synthetic images: a class prototype (grey levels on block x block pixels, +-contrast/2) blended
+# with up to `mix` of another class's, plus uniform noise of std `noise`. Blocks survive
+# convolution and pooling, so every book model learns the classes in the quick profile.
+SYNTHETIC = {"contrast": 60.0, "noise": 80.0, "mix": 0.3, "block": 4, "chunk": 2000}
+WARNED: set[str] = set()  # datasets whose synthetic-data warning this process has shown
+
+
+class DataError(ValueError):
+    """A data file is missing, truncated or malformed; the message names the file and the fix."""
+
+
+class WrongDataset(DataError):
+    """The files are another dataset's official files; the message names both datasets."""
+
+
+class DataUnavailable(RuntimeError):
+    """A source cannot provide the data (e.g. offline download); `auto` falls through."""
+
+
+def shown(text: str) -> str:
+    """`text` with the home folder written as ~, so notebook outputs carry no user's path."""
+    return text.replace(str(Path.home()) + os.sep, "~" + os.sep)
+
+
+@dataclass
+class Dataset:
+    """Train and test arrays of one dataset, with where they came from."""
+
+    name: str
+    source: str  # "keras" | "dir" | "synthetic"
+    origin: str  # the file or folder read, or how the images were generated
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    note: str | None = None  # why earlier sources of source="auto" were not used
+    verified: bool | None = None  # official files (True), unknown files (False), synthetic
+
+    @property
+    def synthetic(self) -> bool:
+        """True when the images are generated, not the real dataset."""
+        return self.source == "synthetic"
+
+    def describe(self) -> str:
+        """One line saying what the data is, where it came from and how many images it has."""
+        counts = f"{len(self.x_train):,} train / {len(self.x_test):,} test images"
+        if self.synthetic:
+            return f"SYNTHETIC DATA, not the real {self.name} dataset: {counts} from {self.origin}"
+        where = {"keras": "keras cache", "dir": "directory"}[self.source]
+        checked = {True: " (official files, checksums verified)", None: "",
+                   False: " (checksums not recognised: not verified to be the official files)"}
+        return f"{self.name} from {where} {shown(self.origin)}: {counts}{checked[self.verified]}"
+
+
+def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | None = None,
+         max_train_samples: int | None = None, *, seed: int = 0, verbose: bool = True) -> Dataset:
+    """Load dataset `name` from `source` ("auto", "keras", "dir" or "synthetic")."""
+    name, source = check_name(name), check_source(source)
+    positive_int("max_train_samples", max_train_samples, allow_none=True)
+    positive_int("seed", seed, minimum=0)
+    if source == "dir" and data_dir is None:
+        raise ValueError('source="dir" needs a data directory: pass data_dir=... '
+                         "(or set GPUBENCH_DATA_DIR when using the command line)")
+    reasons = []
+    for candidate in ("keras", "dir", "synthetic") if source == "auto" else (source,):
+        try:  # only "auto" goes on to the next source, after noting why this one failed
+            if candidate == "synthetic":
+                origin, arrays, verified = synthetic(name, max_train_samples, seed)
+            else:
+                from gpubench.data import files  # noqa: PLC0415 - the official files: real data
+
+                origin, arrays, verified = (files.load_keras(name) if candidate == "keras"
+                                            else files.load_dir(name, data_dir))
+        except (DataUnavailable, DataError) as exc:
+            if source != "auto" or isinstance(exc, WrongDataset):  # another dataset: never hidden
+                raise
+            reasons.append(f"{candidate}: {exc}")
+            continue
+        x_train, y_train, x_test, y_test = arrays
+        if max_train_samples is not None:  # a copy, so the full arrays are freed
+            x_train, y_train = (a[:max_train_samples].copy() for a in (x_train, y_train))
+        dataset = Dataset(name, candidate, str(origin), x_train, y_train, x_test, y_test,
+                          "; ".join(reasons) or None, verified)
+        if verbose:
+            announce(dataset)
+        return dataset
+    raise AssertionError("unreachable: the synthetic source never fails")
+
+
+def announce(dataset: Dataset) -> None:
+    """Print the data line, after a warning (synthetic data: once per dataset, in a box)."""
+    ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
+    if dataset.synthetic and dataset.name not in WARNED:
+        WARNED.add(dataset.name)
+        if getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
+            from IPython.display import Markdown, display  # noqa: PLC0415
+
+            why = shown(dataset.note or 'source="synthetic" was asked for')
+            display(Markdown(
+                f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
+                "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
+                f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
+                "pass `data_dir` a folder holding the official files."))
+        elif dataset.note:
+            print(f"WARNING: {dataset.name}: using SYNTHETIC DATA, not the real dataset, "
+                  f"because {shown(dataset.note)}")
+    elif dataset.note and not dataset.synthetic:
+        print(f"WARNING: {dataset.name}: using the {dataset.source} source, because "
+              f"{shown(dataset.note)}")
+    print(f"Data: {dataset.describe()}")
+
+
+def synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str, tuple, None]:
+    """(origin, arrays, None): seeded images, one block pattern per class, blended and noisy."""
+    rng = np.random.default_rng([seed, 2, DATASETS.index(name)])
+    block, (height, width, *channels) = SYNTHETIC["block"], IMAGE_SHAPES[name]
+    pattern = rng.uniform(-0.5, 0.5, size=(NUM_CLASSES, height // block, width // block, *channels))
+    pattern = pattern.repeat(block, axis=1).repeat(block, axis=2)
+    prototypes = (127.5 + SYNTHETIC["contrast"] * pattern).astype(np.float32)
+    n_train = min(SYNTHETIC_SIZES[name], max_train_samples or SYNTHETIC_SIZES[name])
+    arrays = (*_synthetic_split(name, prototypes, n_train, seed, 0),
+              *_synthetic_split(name, prototypes, 10_000, seed, 1))
+    return f"synthetic (seed {seed}), class-conditional prototypes plus noise", arrays, None
+
+
+def _synthetic_split(name: str, prototypes: np.ndarray, n: int, seed: int, split: int):
+    """`n` labelled images, seeded per chunk so that the first N are the same whatever `n`."""
+    chunk, shape = SYNTHETIC["chunk"], prototypes.shape[1:]
+    x, y = np.empty((n, *shape), dtype=np.uint8), np.empty(n, dtype=np.int64)
+    for start in range(0, n, chunk):
+        rng = np.random.default_rng([seed, split, start // chunk, DATASETS.index(name)])
+        labels = rng.permuted(np.tile(np.arange(NUM_CLASSES), (chunk // NUM_CLASSES, 1)),
+                              axis=1).ravel()
+        others = (labels + rng.integers(1, NUM_CLASSES, size=chunk)) % NUM_CLASSES
+        mix = rng.uniform(0, SYNTHETIC["mix"], size=(chunk, *[1] * len(shape))).astype(np.float32)
+        noise = rng.random((chunk, *shape), dtype=np.float32) - 0.5  # uniform: 7x faster
+        noise *= SYNTHETIC["noise"] * np.sqrt(12.0)  # a uniform of this width has that std
+        images = noise + (prototypes[labels] + mix * (prototypes[others] - prototypes[labels]))
+        stop = min(n, start + chunk)
+        x[start:stop] = np.clip(images[: stop - start], 0, 255)
+        y[start:stop] = labels[: stop - start]
+    return x, y

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from conftest import REPO
-from gpubench import machine, plots, report, results
+from gpubench import fmt, machine, plots, report, results
 
 
 def _env(host: str = "vm", backend: str = "tensorflow") -> dict:
@@ -137,7 +138,7 @@ def test_skipped_lines_are_listed_and_the_rest_reported(tmp_path):
     with pytest.warns(UserWarning):
         text = build_text(tmp_path)
     assert "results.jsonl:2: skipped: unknown schema version 99" in text
-    assert "results.jsonl:3: skipped: train field 'epochs' has the wrong type: '15'" in text
+    assert "results.jsonl:3: skipped: train field 'epochs' is '15'; expected a whole number" in text
     assert "results.jsonl:4: skipped: not a JSON record" in text
     assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
 
@@ -200,13 +201,14 @@ def _sweep(gpu_seconds: float) -> list[dict]:
 
 
 @pytest.mark.parametrize("gpu_seconds,words", [
-    (1.6, "the GPU wins from n = 2000 (n = 500–3000 measured) when products stream"),
-    (0.1, "the GPU wins at every size measured (n = 500–3000) when products stream"),
-    (9.0, "the GPU wins at no size measured (n = 500–3000) when products stream"),
+    (1.6, "the GPU wins from n = 2000 (n = 500–3000 paired) when products stream"),
+    (0.1, "the GPU wins at every paired size (n = 500–3000) when products stream"),
+    (9.0, "the GPU wins at no paired size (n = 500–3000) when products stream"),
 ])
 def test_matmul_crossover_is_where_the_lines_cross(tmp_path, gpu_seconds, words):
     text = build_text(write_run(tmp_path, _sweep(gpu_seconds)))
-    assert f"- **gpu float32 vs CPU float32**: {words} (product time)." in text
+    assert (f"- **gpu float32 vs CPU float32**: 6 sizes paired; {words} (product time: the "
+            "streaming crossover).") in text
     assert "- Pairing: vm · gpu's GPU timings against the CPU timings of the same env" in text
 
 
@@ -216,14 +218,15 @@ def test_the_crossover_is_where_the_gpu_wins_from_then_on_not_a_lucky_size():
     assert crossover([(500, 0.5), (1000, 1.2), (1500, 0.9), (2000, 1.5), (2500, 3.0)]) == 2000
     assert crossover([(500, 2.0), (1000, 0.5)]) is None
     assert report.matmul.crossover_words([(500, 2.0), (1000, 0.5)]) == (
-        "only at n = 500, not at the largest measured (n = 1000)")
+        "only at n = 500, not at the largest paired (n = 1000)")
 
 
 def test_a_gpu_sweep_without_a_cpu_sweep_claims_no_crossover_and_draws_no_speedup(tmp_path):
     gpu_only = [r for r in _sweep(0.1) if r["device"] != "cpu"]
     text = build_text(write_run(tmp_path, gpu_only))
     assert "vm · gpu timed no CPU, and this machine has no CPU env of the same backend" in text
-    assert "no speedup and no crossover to give" in text and "wins" not in text
+    assert "no speedup and no crossover to give" in text
+    assert "wins" not in _section(text, "## Matrix multiplication")
     assert "No speedup chart: no GPU timing pairs with a CPU timing" in text
     assert not (tmp_path / "matmul_speedup.png").exists()
     assert (tmp_path / "matmul_time.png").exists()
@@ -266,8 +269,8 @@ def test_columns_in_different_modes_are_named(tmp_path):
                train("gpu", 70.0, jit_compile=True, precision="mixed_float16")]
     text = build_text(write_run(tmp_path, records))
     lines = [line for line in text.splitlines() if line.startswith("**Not like for like:**")]
-    assert lines == ["**Not like for like:** MNIST MLP h1000: gpu: XLA on, mixed_float16, "
-                     "cpu: XLA off, float32."]
+    assert lines == ["**Not like for like:** MNIST MLP h1000: vm · gpu ran XLA on, "
+                     "mixed_float16; its baseline vm · cpu: XLA off, float32."]
     assert cell(table_rows(text, "MNIST MLP h1000")[1], "mode").startswith("XLA on, mixed_float16")
 
 
@@ -288,7 +291,7 @@ def test_unstable_epoch_times_are_flagged_with_their_range(tmp_path, iqr, flagge
     (0.638, 1.0, "0.64–1.0 s"), (6.2, 11.4, "6.2–11 s"), (39.1, 118.0, "39–118 s"),
     (0.991, 0.994, "0.991–0.994 s"), (0.0123, 0.05, "0.012–0.050 s")])
 def test_ranges_read_with_an_en_dash_and_two_significant_figures(low, high, shown):
-    assert report.fmt_range(low, high) == shown
+    assert fmt.fmt_range(low, high) == shown
 
 
 def test_unstable_speed_factors_variants_are_named_as_the_factors_table_names_them(tmp_path):
@@ -308,7 +311,7 @@ def test_unstable_speed_factors_variants_are_named_as_the_factors_table_names_th
                                "tf.data on cpu: steady rounds 0.64–1.0 s (IQR 31% of the median)")
     # the advice points at a column the report prints, never at a field it does not show
     assert all('"x vs baseline (min)" in the factors table' in line for line in lines)
-    assert "| x vs baseline (min) |" in text and "steady_epoch_min" not in text
+    assert "| [x vs baseline (min)](#glossary) |" in text and "steady_epoch_min" not in text
 
 
 def test_matmul_shows_percent_of_datasheet_peak_where_known(tmp_path):
@@ -327,7 +330,7 @@ def test_the_books_timing_has_its_own_panel_with_the_books_figures_dashed():
     plots.plot_book(records, book_ax)
     assert not any("book" in line.get_label() for line in measured.get_lines())
     book = [line for line in book_ax.get_lines() if line.get_label().startswith(
-        "book: GT 720 / its CPU (single run)")]
+        "the book: GeForce GT 720") or line.get_label().startswith("the book: its CPU")]
     assert len(book) == 2 and all(line.get_linestyle() == "--" for line in book)
     assert list(book[0].get_xdata()) == [500, 1000, 2000, 3000, 4000, 5000]
     assert [line.get_label() for line in book_ax.get_lines()][0] == (
@@ -368,12 +371,13 @@ def test_percent_of_matmul_divides_by_the_peak_probe_and_explains_a_share_over_1
     assert "\\* Over 100 % of the matmul peak: cpu batch 1000 (150 %)." in section
     assert "Peak (the peak probe, n = 1000): cpu at float32: 200 GFLOP/s" in text
     matmul_table = text[text.index("## Matrix multiplication"):text.index("## Speed factors")]
-    assert "peak" not in table_rows(matmul_table, "size")[0]  # the probe is no sweep column
+    assert "peak" not in table_rows(matmul_table, "[size](#glossary)")[0]  # no sweep column
     # without the probe: n/a, no note, and the columns' note says the probe did not run
     text = build_text(write_run(tmp_path / "no_probe", records[:2] + records[3:]))
     section = text[text.index("## Speed factors"):]
     assert {row[pct] for row in table_rows(section, "cpu")} == {"n/a"}
-    assert "Over 100 %" not in section and "n/a: the probe did not run there" in section
+    assert "Over 100 %" not in section
+    assert "n/a: the probe did not run there" in _section(text, "## Glossary")
 
 
 # ---------------------------------------------------------------- scaling
@@ -395,11 +399,11 @@ def test_scaling_section_shows_replicas_workers_speed_and_efficiency(tmp_path):
     text = build_text(write_run(tmp_path, records))
     assert "## Scaling" in text and "**Virtual devices**" in text
     assert table_rows(text[text.index("## Scaling"):], "vm · cpu")[:3] == [
-        ["vm · cpu", "mirrored", "1", "1", "virtual (2 on one CPU)", "100", "1,000", "100%",
-         "ring", "0.900"],
-        ["vm · cpu", "mirrored", "1", "2", "virtual (2 on one CPU)", "200", "1,500", "75%",
-         "ring", "0.900"],
-        ["vm · cpu", "multi_worker", "2", "2", "cpu", "200", "1,800", "90%",
+        ["vm · cpu", "–", "mirrored", "1", "1", "virtual (2 on one CPU)", "100", "1,000",
+         "1,000", "100%", "–", "ring", "0.900"],
+        ["vm · cpu", "–", "mirrored", "1", "2", "virtual (2 on one CPU)", "200", "1,500",
+         "2,000", "75%", "–", "ring", "0.900"],
+        ["vm · cpu", "–", "multi_worker", "2", "2", "cpu", "200", "1,800", "2,000", "90%", "–",
          "AUTO (collective ring)", "0.900"]]
 
 
@@ -506,21 +510,21 @@ def test_the_environment_table_shows_each_backend_and_its_version(tmp_path):
     assert "| TF " not in text
 
 
-def test_schema_2_records_read_as_tensorflow(tmp_path):
+def test_a_schema_2_line_is_skipped_naming_its_version(tmp_path):
     old = {k: v for k, v in train("cpu", 100.0).items() if k not in ("backend", "telemetry")}
     (tmp_path / "results.jsonl").write_text(json.dumps({**old, "schema": 2}) + "\n"
                                             + json.dumps(train("gpu", 50.0)) + "\n")
-    rows = table_rows(build_text(tmp_path), "MNIST MLP h1000")
-    assert _saved_speedup(rows[1]) == ("50%", "2.00x")
-    assert cell(rows[0], "energy (all epochs)") == "–"  # no telemetry then
+    with pytest.warns(UserWarning, match="results.jsonl:1: skipped: schema version 2, older"):
+        text = build_text(tmp_path)
+    assert "results.jsonl:1: skipped: schema version 2, older than the 4 this gpubench" in text
+    [row] = table_rows(text, "MNIST MLP h1000")  # the schema-4 record alone, with no baseline
+    assert _saved_speedup(row) == ("n/a (no cpu env)", "–")
 
 
 # ---------------------------------------------------------------- telemetry
 
 def _telemetry(**figures) -> dict:
-    from gpubench import telemetry
-
-    return {**telemetry.unmeasured(None), **figures}
+    return {**results.unmeasured(None), **figures}
 
 
 def _gpu_run(busy: float, **fields) -> dict:
@@ -543,7 +547,7 @@ def test_a_gpu_busy_23_percent_is_diagnosed_and_its_energy_shown(tmp_path):
     gpu = table_rows(section, "vm · gpu")[0]
     assert dict(zip(headers, gpu, strict=True)) == {
         "machine · env": "vm · gpu", "run": "MNIST MLP h1000", "device": "gpu:0",
-        "GPU busy": "23 %", "GPU mean power": "150 W", "GPU energy per epoch": "1,100 J",
+        "GPU busy": "23 %", "GPU mean power": "150 W", "GPU energy per steady epoch": "1,100 J",
         "images per joule (GPU)": "50.0", "CPU use (one core = 100 %)": "98 %",
         "CPU energy per epoch": "n/a (no RAPL on this machine)", "images per joule (CPU)": "n/a"}
     cpu_row = table_rows(section, "vm · cpu")[0]
@@ -578,18 +582,28 @@ def test_no_telemetry_section_where_nothing_was_measured(tmp_path):
 
 # ---------------------------------------------------------------- records that cannot be used
 
+def _finite(value):
+    """`value` with every NaN or infinity in it made null, as the writer stores them."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _lines_with(tmp_path: Path, records: list[dict]) -> Path:
     """A run dir whose results.jsonl has `records` as they are (no validation, NaN as null)."""
     (tmp_path / "results.jsonl").write_text(
-        "".join(json.dumps(results._json_safe(r)) + "\n" for r in records))
+        "".join(json.dumps(_finite(r)) + "\n" for r in records))
     return tmp_path
 
 
 @pytest.mark.parametrize("field,value,words", [
-    ("method", None, "matmul field 'method' is None; the report needs a non-empty string"),
+    ("method", None, "matmul field 'method' is null; the report needs a non-empty string"),
     ("seconds", -1, "matmul field 'seconds' is -1; the report needs a finite number > 0"),
     ("call_seconds", 0, "matmul field 'call_seconds' is 0; the report needs a finite number > 0"),
-    ("size", 10**30, "matmul field 'size' is 1000000000000000000000000000000"),
+    ("size", 10**30, "matmul field 'size' is 1000000000000000000000000000000; the report needs "
+                     "a whole number >= 1"),
 ])
 def test_a_matmul_record_the_report_cannot_use_is_skipped_naming_line_and_field(
         tmp_path, field, value, words):
@@ -612,19 +626,24 @@ def test_a_matmul_record_whose_gflops_is_null_is_shown_without_it(tmp_path):
     ("model", None, "model"), ("dataset", [], "dataset"), ("epoch_seconds", -1, "epoch_seconds"),
     ("epoch_seconds", [1.0, "x"], "epoch_seconds"), ("total_seconds", "12", "total_seconds"),
     ("train_samples", 0, "train_samples"), ("jit_compile", "yes", "jit_compile"),
-    ("environment", {"hostname": 3}, "environment.hostname"),
 ])
 def test_a_train_record_the_report_cannot_use_is_skipped_and_the_rest_reported(
         tmp_path, field, value, path):
-    bad = train("gpu", 50.0)
-    if field in ("environment", "telemetry"):
-        value = {**bad[field], **value}
-    records = [train("cpu", 100.0), {**bad, field: value}]
+    records = [train("cpu", 100.0), {**train("gpu", 50.0), field: value}]
     with pytest.warns(UserWarning, match="results.jsonl:2: skipped") as warned:
         text = build_text(_lines_with(tmp_path, records))
     assert f"results.jsonl:2: skipped: train field {path!r} " in str(warned[0].message)
     assert str(warned[0].message) in text
     assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
+
+
+def test_a_bad_environment_field_costs_only_itself(tmp_path):
+    bad = train("gpu", 50.0)
+    bad["environment"] = {**bad["environment"], "hostname": 3}
+    with pytest.warns(UserWarning, match="results.jsonl:2: train field 'environment.hostname' "
+                                         "is 3, dropped"):
+        text = build_text(_lines_with(tmp_path, [train("cpu", 100.0), bad]))
+    assert len(table_rows(text, "MNIST MLP h1000")) == 2 and "skipped" not in text
 
 
 def test_a_record_not_ok_keeps_its_row_whatever_its_measurements_say(tmp_path):
@@ -700,7 +719,7 @@ def test_a_report_of_a_live_run_says_which_jobs_are_still_running(tmp_path):
 def test_two_processes_writing_reports_in_a_loop_never_fail(tmp_path):
     script = ("import sys; from pathlib import Path; from gpubench import report\n"
               "for i in range(150):\n"
-              "    report.document._write(Path(sys.argv[1]), f'report {i}', {})\n")
+              "    report.document.write(Path(sys.argv[1]), f'report {i}', {})\n")
     writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errors = [w.communicate(timeout=120)[1] for w in writers]
@@ -829,16 +848,11 @@ def test_extreme_numbers_still_give_a_report_and_each_chart_or_why_not(tmp_path,
 
 # ---------------------------------------------------------------- every table explained
 
-def _tables(text: str) -> list[tuple[list[str], str]]:
-    """Each Markdown table of `text`: its headers and the first non-empty line after it."""
-    lines, found = text.splitlines(), []
-    for i, line in enumerate(lines):
-        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
-            end = next((j for j in range(i, len(lines)) if not lines[j].startswith("|")),
-                       len(lines))
-            after = next((rest for rest in lines[end:] if rest.strip()), "")
-            found.append(([c.strip() for c in line.strip("|").split("|")], after))
-    return found
+def _tables(text: str) -> list[list[str]]:
+    """The headers of each Markdown table of `text`."""
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for i, line in enumerate(lines)
+            if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
 
 
 # Headers a newcomer cannot read without a word of explanation.
@@ -849,29 +863,34 @@ NOT_OBVIOUS = ["mode", "steady epoch", "first epoch", "time saved vs CPU env", "
                "scaling efficiency", "global batch", "replicas", "all-reduce", "status", "size"]
 
 
-def test_every_table_is_followed_by_a_line_explaining_its_columns(tmp_path):
+def test_every_header_that_needs_a_word_links_to_its_one_definition_in_the_glossary(tmp_path):
     jobs = [job("cpu", "Mnist_CNN", "failed", "ValueError: epochs must be positive")]
     write_run(_lines_with(tmp_path, _fuzz_base()), [], jobs)  # run.json beside the records
-    tables = _tables(build_text(tmp_path))
+    text = build_text(tmp_path)
+    tables, glossary = _tables(text), _section(text, "## Glossary")
     # book, backends, telemetry, matmul (cpu and gpu), factors, scaling, jobs, envs
-    assert len(tables) == 9
+    assert len(tables) == 9 and "Columns:" not in text
     explained = set()
-    for headers, note in tables:
-        assert note.startswith("Columns: "), (headers, note)
-        for header in set(headers) & set(NOT_OBVIOUS):
-            assert f"**{header}**: " in note, (header, note)
-            explained.add(header)
+    for headers in tables:
+        for header in headers:
+            plain = header.removeprefix("[").removesuffix("](#glossary)")
+            if plain in NOT_OBVIOUS:
+                assert header == f"[{plain}](#glossary)", header
+                assert glossary.count(f"- **{plain}**: ") == 1, plain
+                explained.add(plain)
     assert explained == set(NOT_OBVIOUS)
-    factors_note = next(note for headers, note in tables if "median x" in headers)
-    assert "tf.data" in factors_note and "on_device" in factors_note  # the variants' names
+    variant = next(line for line in glossary.splitlines() if line.startswith("- **variant**"))
+    assert "tf.data" in variant and "on_device" in variant  # the variants' names
+    assert ("- **call latency**: one product from the call until its result is ready on the "
+            "device (a sync)") in glossary and "on the host" not in text
 
 
 def test_the_job_table_of_a_run_without_records_is_explained(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"jobs": [job("cpu", "Mnist_CNN", "failed",
                                                                 "boom")]}))
-    [(headers, note)] = _tables(build_text(tmp_path))
-    assert headers == ["run", "env", "notebook", "status", "why"]
-    assert note.startswith("Columns: **status**: failed: the notebook raised an error")
+    text = build_text(tmp_path)
+    assert _tables(text) == [["run", "env", "notebook", "[status](#glossary)", "why"]]
+    assert "- **status**: failed: the notebook raised an error" in text
 
 
 # ---------------------------------------------------------------- nothing unreadable in a cell
@@ -881,7 +900,7 @@ def test_a_run_id_that_is_no_string_costs_its_line_not_the_report(tmp_path):
     records[1] = {**records[1], "run_id": []}
     with pytest.warns(UserWarning, match="results.jsonl:2: skipped"):
         text = build_text(_lines_with(tmp_path, records))
-    assert "field 'run_id' has the wrong type: []" in text
+    assert "field 'run_id' is []; expected a string" in text
     assert [cell(row, "machine · env") for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu"]
 
 
@@ -897,7 +916,7 @@ def test_records_the_checks_refuse_are_named_five_times_then_counted_once(tmp_pa
                                                                               "6"]
     assert said[-1].startswith("40 records or fields in all left out by the report's checks: "
                                "35 more after the 5 named")
-    assert said[-1] in text and text.count("field 'method' is None") == 5
+    assert said[-1] in text and text.count("field 'method' is null") == 5
 
 
 @pytest.mark.parametrize("path,value", [("dataset", "NaN"), ("data_source", "None"),
@@ -906,7 +925,7 @@ def test_a_text_field_that_reads_as_a_broken_number_costs_its_record(tmp_path, p
     from test_report_fuzz import _cells
 
     records = [train("cpu", 100.0), _mutated(train("gpu", 20.0), path, value)]
-    with pytest.warns(UserWarning, match="results.jsonl:2: skipped: .*not \"None\", \"nan\""):
+    with pytest.warns(UserWarning, match='results.jsonl:2: .*(skipped|dropped).*not "None", "nan"'):
         text = build_text(_lines_with(tmp_path, records))
     assert not [c for c in _cells(text) if value.strip() in c.split()]
 
@@ -918,8 +937,8 @@ def test_unknown_environment_details_show_the_missing_mark_not_none(tmp_path):
     with pytest.warns(UserWarning, match="field .environment.keras. is 1e\\+308, dropped"):
         text = build_text(_lines_with(tmp_path, [{**record, "data_source": None}]))
     [row] = table_rows(text, "vm · cpu")
-    assert row[1:5] == ["– (– cores, – GB)", "– (– GB)", "TensorFlow 2.21 (CPU-only build), "
-                        "Keras –", "Python –"]
+    assert row[1:6] == ["– (– cores, – GB)", "– (– GB, driver –)", "–",
+                        "TensorFlow 2.21 (CPU-only build), Keras –", "Python –"]
     assert row[-1] == "mnist: –"
 
 
@@ -927,7 +946,8 @@ def test_the_no_gpu_note_names_a_command_that_exists_outside_a_checkout(tmp_path
     monkeypatch.setattr(machine, "checkout", lambda: None)  # gpubench installed from a wheel
     text = build_text(write_run(tmp_path, [train("cpu", 100.0)]))
     [note] = [line for line in text.splitlines() if line.startswith("> No GPU env")]
-    assert "`gpubench envs`" in note and "`make" not in note
+    assert "reference/h200-jax" in note and "`gpubench doctor --gpu`" in note
+    assert "`make" not in note and "create it with" not in note
 
 
 def test_the_mode_names_compiling_as_each_backend_calls_it():
@@ -939,3 +959,113 @@ def test_the_mode_names_compiling_as_each_backend_calls_it():
     assert report_training.mode(record)["jit_compile"] == "torch.compile off"
     record.update(backend="jax", env="jax-cpu", jit_compile=True)
     assert report_training.mode(record)["jit_compile"] == "XLA on"
+
+
+# ---------------------------------------------------------------- damage and faults (issue 33)
+
+def test_text_taken_from_a_record_is_capped_in_the_report_and_kept_whole_in_the_file(tmp_path):
+    huge = "ValueError: " + "x" * 2_000_000
+    failed = train("gpu", 50.0) | {"status": "error", "error": huge}
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0), failed]))
+    assert len(text) < 50_000 and f"… ({len(huge) - fmt.TEXT_CAP:,} more characters)" in text
+    assert huge in (tmp_path / "results.jsonl").read_text()
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "run.json"])
+def test_a_symlink_loop_is_named_and_the_report_goes_on(tmp_path, name):
+    write_run(tmp_path, [train("cpu", 100.0)], [job("cpu", "Mnist_MLP_h1000", "ok")])
+    (tmp_path / name).unlink()
+    (tmp_path / name).symlink_to(tmp_path / name)  # a loop
+    with pytest.warns(UserWarning, match=f"{name}: a symlink that leads nowhere"):
+        text = build_text(tmp_path)
+    assert f"{tmp_path / name}: a symlink that leads nowhere" in text
+
+
+@pytest.mark.parametrize("depth", [500, 900, 100_000])
+def test_a_run_json_nested_deep_is_named_and_the_report_goes_on(tmp_path, depth):
+    write_run(tmp_path, [train("cpu", 100.0)])
+    (tmp_path / "run.json").write_text('{"jobs": [{"env": "cpu", "notebook": "Mnist_CNN", '
+                                       '"status": "ok", "extra": ' + "[" * depth + "]" * depth
+                                       + "}]}")
+    with pytest.warns(UserWarning, match="run.json: "):
+        text = build_text(tmp_path)
+    assert f"{tmp_path / 'run.json'}: " in text and table_rows(text, "MNIST MLP h1000")
+
+
+def test_a_plain_report_removes_the_chart_temp_files_of_a_killed_writer(tmp_path):
+    write_run(tmp_path, [train("cpu", 100.0)])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    leftover = tmp_path / f".epoch_times.png.{dead}.tmp"
+    leftover.write_bytes(b"half a chart")
+    build_text(tmp_path)
+    assert not leftover.exists() and (tmp_path / "epoch_times.png").exists()
+
+
+def test_a_full_disk_while_drawing_leaves_the_old_charts_and_no_part_of_the_new(
+        tmp_path, monkeypatch):
+    write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)] + _sweep(1.6))
+    report.build([tmp_path])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".png", ".md")}
+    saved = []
+
+    def full(self, path, *args, **kwargs):
+        if saved:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(path)
+        Path(path).write_bytes(b"new")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    with pytest.raises(report.ReportWriteError, match="the disk is full"):
+        report.build([tmp_path])
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".png", ".md")}
+    assert after == before and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_record_at_1e308_lets_no_numpy_warning_reach_stderr(tmp_path):
+    records = [train("cpu", 100.0), train("gpu", 70.0, total_seconds=1e308,
+                                          steady_epoch_seconds=1e308), *_sweep(1.6)[:4]]
+    _lines_with(tmp_path, records)
+    out = subprocess.run([sys.executable, "-m", "gpubench", "report", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "overflow" not in out.stderr and "RuntimeWarning" not in out.stderr
+
+
+def test_speed_factors_chart_stays_readable_beside_a_variant_hundreds_of_times_slower(tmp_path):
+    records = [_factor("baseline", [3.0, 1.0, 1.0, 1.0]),
+               _factor("batch_size", [2.0, 0.5, 0.5, 0.5], batch_size=1000),
+               _factor("xla", [2.0, 0.8, 0.8, 0.8], jit_compile=True),
+               _factor("precision", [400.0, 368.0, 368.0, 368.0], precision="mixed_float16")]
+    _, charts = report.compose([write_run(tmp_path, records)])
+    ax = charts["speed_factors.png"].axes[0]
+    low, high = ax.get_xlim()
+    assert low > 0.05 and high < 20  # the 0.0027x bar does not squeeze the others
+    assert any("368x slower, cut" in t.get_text() for t in ax.texts)
+    assert "cut" in ax.get_xlabel()
+
+
+def test_the_matmul_tables_put_float32_first(tmp_path):
+    records = [{**matmul("gpu", "cpu", 1000, 0.1), "dtype": "bfloat16"},
+               matmul("gpu", "cpu", 1000, 0.1)]
+    text = build_text(write_run(tmp_path, records))
+    assert text.index("**cpu at float32**") < text.index("**cpu at bfloat16**")
+
+
+def test_an_intended_skip_is_not_listed_as_something_that_went_wrong(tmp_path):
+    why = "Multi_GPU_Scaling needs 2 or more GPUs in the full profile"
+    jobs = [job("cpu", "Mnist_MLP_h1000", "ok"), job("cpu", "Multi_GPU_Scaling", "skipped", why)]
+    text = build_text(write_run(tmp_path, [train("cpu", 100.0)], jobs))
+    assert "What went wrong" not in text
+    assert f"Not run, on purpose: cpu/Multi_GPU_Scaling ({why})." in text
+
+
+def test_a_run_json_job_whose_text_reads_as_a_broken_number_never_reaches_a_cell(tmp_path):
+    from test_report_fuzz import FORBIDDEN, _cells
+
+    jobs = [job("cpu", "NaN", "failed", "boom"), job("cpu", "Mnist_CNN", "failed", "None"),
+            job("inf", "Mnist_CNN", "skipped", "-0")]
+    with pytest.warns(UserWarning, match="run.json: job 1 is not as gpubench writes it"):
+        text = build_text(write_run(tmp_path, [train("cpu", 100.0)], jobs))
+    assert not [c for c in _cells(text) if FORBIDDEN.search(c)]
+    assert table_rows(text, tmp_path.name) == [[tmp_path.name, "cpu", "Mnist_CNN", "failed", ""]]

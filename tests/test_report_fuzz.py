@@ -115,3 +115,43 @@ def test_the_number_helpers_never_print_inf_nan_none_or_minus_zero(value, high, 
         shown.append(fmt_range(value, high))
     assert not [text for text in shown if FORBIDDEN.search(text)], shown
     assert all(len(text) < 40 for text in shown), shown  # 1e308 is no 309-digit number
+
+
+# What run.json can hold after damage or a hand edit: junk, nesting past any parser's depth, jobs
+# with mutated fields, a symlink loop, a symlink to a folder.
+JOB = {"env": "cpu", "notebook": "Mnist_CNN", "status": "failed", "error": "boom", "attempt": 1}
+RUN_JSON = st.one_of(
+    st.binary(max_size=64),
+    st.integers(1, 3000).map(lambda depth: ('{"jobs": [{"env": "cpu", "notebook": "x", '
+                                            '"status": "ok", "extra": ' + "[" * depth
+                                            + "]" * depth + "}]}").encode()),
+    st.lists(st.fixed_dictionaries({}, optional={k: VALUES for k in JOB}).map(
+        lambda mutated: {**JOB, **{k: v for k, v in mutated.items() if v != "DELETE"}}),
+        max_size=4).map(lambda jobs: json.dumps({"jobs": jobs}).encode()),
+    st.sampled_from([b"LOOP", b"DIR", b"null", b'{"jobs": null}', b'{"jobs": {}}', b"[]"]),
+)
+
+
+def test_no_damaged_run_json_costs_the_report_or_reaches_a_cell():
+    base = _fuzz_base()
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(RUN_JSON)
+    def one(content):
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run = Path(folder)
+            (run / "results.jsonl").write_bytes(_lines(base, []))
+            if content == b"LOOP":
+                (run / "run.json").symlink_to(run / "run.json")
+            elif content == b"DIR":
+                (run / "run.json").mkdir()
+            else:
+                (run / "run.json").write_bytes(content)
+            text, _ = report.compose([folder], draw=False)
+        assert text.startswith("# gpubench report") and "## Training" in text
+        bad = [c for c in _cells(text) if FORBIDDEN.search(c)]
+        assert not bad, bad
+
+    one()

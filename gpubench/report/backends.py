@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpubench.backends import backend_title
-from gpubench.fmt import fmt, fmt_ratio, fmt_seconds
+from gpubench.fmt import MISSING, fmt, fmt_ratio, fmt_seconds
 from gpubench.report.format import explained_table
 from gpubench.report.records import (
     backend_of,
     backend_rank,
     book_train,
     columns,
+    loaded,
     machine_of,
     model_rank,
     model_title,
@@ -32,40 +33,20 @@ def images_per_second(record: dict) -> float | None:
     return record["train_samples"] / steady if steady else None
 
 
-def tf32(record: dict) -> bool | None:
-    """Whether a float32 GPU run's matmuls could use TF32 (the backend's setting, recorded);
-    None where it does not apply (a CPU, another precision) or was not recorded."""
-    if not str(record.get("device", "")).startswith("gpu") or record.get("precision") != "float32":
-        return None
-    found = ((record.get("environment") or {}).get("backend_settings") or {}).get("tf32")
-    return found if isinstance(found, bool) else None
-
-
-def _like_for_like(record: dict, reference: dict) -> str:
-    """"yes", or what differs between two backends' runs, XLA spelled out (JAX always compiles;
-    on PyTorch, compiling is torch.compile), and TF32 where the backends' settings differ."""
-    differ = mode_differences(mode(record), mode(reference))
-    ours_tf32, theirs_tf32 = tf32(record), tf32(reference)
-    tf32_differs = None not in (ours_tf32, theirs_tf32) and ours_tf32 != theirs_tf32
+def like_for_like(record: dict, reference: dict) -> str:
+    """"yes", or what differs between two runs by what ran (`mode_differences`), data size too."""
+    differ = mode_differences(record, reference)
+    ours, theirs = mode(record), mode(reference)
     if record.get("train_samples") != reference.get("train_samples"):
         differ.append("train_samples")
-    if not differ and not tf32_differs:
+        ours["train_samples"], theirs["train_samples"] = (
+            f"{fmt(r.get('train_samples'), ',')} images" for r in (record, reference))
+    if not differ:
         return "yes"
-    ours = {n: mode(record).get(n, f"{record.get(n)} images") for n in differ}
-    theirs = {n: mode(reference).get(n, f"{reference.get(n)} images") for n in differ}
-    if tf32_differs:
-        differ.append("tf32")
-        ours["tf32"], theirs["tf32"] = (f"TF32 {'on' if v else 'off'}"
-                                        for v in (ours_tf32, theirs_tf32))
     text = ("**not like for like**: " + ", ".join(ours[n] for n in differ) + " against "
             + ", ".join(theirs[n] for n in differ))
-    pair = (backend_of(record), backend_of(reference))
-    if "jit_compile" in differ and "jax" in pair:
-        text += (" (JAX always compiles with XLA; run TensorFlow with `-p xla=on` for the "
-                 "like-for-like pair)")
-    if tf32_differs:
-        text += (" (float32 matmuls may use TF32 by JAX's default, not by PyTorch's; "
-                 "TensorFlow's is recorded)")
+    if "jit_compile" in differ and "jax" in (backend_of(record), backend_of(reference)):
+        text += " (JAX always compiles; run TensorFlow with `-p xla=on` for the like-for-like pair)"
     return text
 
 
@@ -82,39 +63,31 @@ def backend_groups(records: list[dict]) -> list[list[dict]]:
             if len({backend_of(r) for r in group}) > 1]
 
 
-def _reference(record: dict, group: list[dict]) -> dict:
-    """The run `record` is compared with: the first backend's run in the same mode, else its
-    first run."""
-    first = backend_of(group[0])
-    candidates = [r for r in group if backend_of(r) == first]
-    return next((r for r in candidates if mode(r) == mode(record)), candidates[0])
-
-
 def rows(records: list[dict]) -> list[list]:
     """One row per run of a model on a device of a machine that ran on several backends: steady
-    epoch, images/s, the ratio of images/s to the first backend's run, and whether the modes
-    match."""
+    epoch, images/s, its ratio to the first backend's run in the same mode (else its first run),
+    and whether the modes match."""
     found = []
     for group in backend_groups(records):
+        first = [r for r in group if backend_of(r) == backend_of(group[0])]
         for r in group:
-            reference = _reference(r, group)
+            reference = next((x for x in first if not mode_differences(x, r)), first[0])
             rate, theirs = images_per_second(r), images_per_second(reference)
-            version = r["environment"].get("backend_version") or r["environment"].get(backend_of(r))
-            if r is reference:
-                ratio, like = "1.00x (reference)", "–"
-            else:
-                ratio = f"{fmt_ratio(rate / theirs)}x" if rate and theirs else "–"
-                like = _like_for_like(r, reference)
+            env = r["environment"]
+            version = env.get("backend_version") or env.get(backend_of(r))
+            ratio = (f"{fmt_ratio(rate / theirs)}x" if rate and theirs else MISSING)
             found.append([model_title(r["model"]), machine_of(r), r["device"],
-                         backend_title(backend_of(r)) + (f" {version}" if version else ""),
-                         r["env"], ", ".join(mode(r).values()),
-                         fmt_seconds(r["steady_epoch_seconds"]), fmt(rate, ",.0f"), ratio, like])
+                          backend_title(backend_of(r)) + (f" {version}" if version else ""),
+                          r["env"], ", ".join(mode(r).values()),
+                          fmt_seconds(r["steady_epoch_seconds"]),
+                          fmt(rate, ",.0f") + (" (**loaded**)" if loaded(r) else ""),
+                          "1.00x (reference)" if r is reference else ratio,
+                          MISSING if r is reference else like_for_like(r, reference)])
     return found
 
 
 def section(records: list[dict]) -> list[str]:
-    """The "Backends: TensorFlow vs JAX vs PyTorch" section: one model on one device across
-    backends."""
+    """The "Backends" section: one model on one device across backends."""
     if not (found := rows(records)):
         return []
     names = sorted({backend_of(r) for group in backend_groups(records) for r in group},
@@ -123,10 +96,7 @@ def section(records: list[dict]) -> list[str]:
     return [f"## Backends: {' vs '.join(backend_title(n) for n in names)}", "",
             "The same model on the same device of the same machine, trained by different Keras "
             f"backends. Ratio: images/s against {first}'s run (above 1: faster than {first}). "
-            "Rows whose mode differs (XLA, precision, batch, steps per execution, input "
-            "pipeline, data size, TF32 on a GPU) are not like for like. JAX always compiles with "
-            "XLA, while gpubench runs TensorFlow with XLA off unless `xla=on`: TensorFlow with "
-            "XLA off against JAX compares the modes as much as the backends. On PyTorch, XLA "
-            "on means `torch.compile` and off means eager.", "",
+            "Like for like compares what ran: compiled or not (XLA; on PyTorch, torch.compile), "
+            "precision and TF32, batch, steps per execution, input pipeline and data size. JAX "
+            "always compiles, while gpubench runs TensorFlow with XLA off unless `xla=on`.", "",
             *explained_table(BACKEND_HEADERS, found)]
-

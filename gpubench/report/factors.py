@@ -1,6 +1,5 @@
 """Speed_Factors in the report and the chapter: the table of variants, the findings and the
-crossover in words, and the chart. The numbers (effects, compare, crossover_batch_size,
-percent_of_matmul_peak) are `gpubench.factors`'; this module only shows them."""
+crossover in words, and the chart. The numbers are `gpubench.factors`'; this module shows them."""
 
 from __future__ import annotations
 
@@ -8,93 +7,79 @@ import math
 from collections.abc import Sequence
 
 from gpubench import backends, factors, plots
-from gpubench.fmt import busy_text, fmt, fmt_ratio, md_table
-from gpubench.machine import ENVS_HINT
+from gpubench.fmt import MISSING, NOT_A_NUMBER, fmt, fmt_ratio, md_table
 from gpubench.report import charts
-from gpubench.report import telemetry as telemetry_text
-from gpubench.report.format import FACTOR_NOTES, column_note, table_headers
-from gpubench.report.records import columns
+from gpubench.report.format import NO_GPU_HINT, explained_table
+from gpubench.report.records import columns, model_title
+from gpubench.report.telemetry import busy_cell
+from gpubench.report.training import unstable
 from gpubench.results import ok_records
+
+HEADERS = ["device", "variant", "x vs baseline (min)", "median x", "interval", "effect",
+           "images/s", "steps", "GFLOP/s", "% of matmul", "GPU busy", "test accuracy"]
+MAX_CHART_ROWS = 40  # bars the report's chart draws (whole columns), so it stays under ~2000 px
+OUTLIER_GAP = 30.0  # a bar this many times beyond the others is drawn apart, at the axis' edge
 
 
 def describe(effect: dict) -> str:
     """An effect in words: "1.90x faster", "196x slower", "no clear effect", "not measured"."""
     speedup = effect.get("speedup")
-    if speedup is None or effect.get("verdict") == "not measured":
-        return "not measured"
-    if effect["verdict"] == "no clear effect":
-        return "no clear effect"
+    if speedup is None or effect.get("verdict") in ("not measured", "no clear effect"):
+        return "not measured" if speedup is None else effect["verdict"]
     if speedup >= 1:
         return f"{fmt_ratio(speedup)}x faster"
     slower = 1 / speedup if speedup else math.inf
     return f"{fmt(slower, '.0f' if slower >= 10 else '.2f')}x slower"
 
 
-
-def _fmt_x(value: float | None) -> str:
-    return "n/a" if value is None else f"{fmt_ratio(value)}x"
+def _x(value: float | None) -> str:
+    return MISSING if value is None else f"{fmt_ratio(value)}x"
 
 
 def accuracy_text(row: dict) -> str:
     """Test accuracy, or why there is none."""
     if row["time_boxed"]:
         return "accuracy not measured (time-boxed)"
-    if row["test_accuracy"] is None:
-        return "n/a"
     return fmt(row["test_accuracy"], ".4f")
-
-
-def _effect_text(row: dict) -> str:
-    if row["status"] != "ok":
-        return f"{row['status']}: {row['record'].get('error') or ''}"
-    return "(the reference)" if row["factor"] == "baseline" else describe(row)
 
 
 def _cells(row: dict, matmul_records: Sequence[dict]) -> list[str]:
     """One variant's cells of `table`."""
-    interval = ("n/a" if row["low"] is None
-                else f"{fmt_ratio(row['low'])}–{fmt_ratio(row['high'])}")
-    pct = factors.percent_of_matmul_peak(row["record"], matmul_records)
-    rate, gflops, steps = row["samples_per_second"], row["achieved_gflops"], row["steps_measured"]
-    return [row["device"], row["label"], _fmt_x(row["speedup"]), _fmt_x(row["median_speedup"]),
-            interval, _effect_text(row), "n/a" if rate is None else fmt(rate, ",.0f"),
-            f"{'n/a' if steps is None else steps}{' (time-boxed)' if row['time_boxed'] else ''}",
-            "n/a" if gflops is None else fmt(gflops, ".1f"),
-            "n/a" if pct is None else fmt(pct / 100, ".0%") + ("*" if pct > 100 else ""),
-            _busy_text(row["record"]), accuracy_text(row)]
-
-
-HEADERS = ["device", "variant", "x vs baseline (min)", "median x", "interval", "effect",
-           "images/s", "steps", "GFLOP/s", "% of matmul", "GPU busy", "test accuracy"]
-
-
-def _table_only(rows: Sequence[dict], matmul_records: Sequence[dict]) -> str:
-    return md_table(HEADERS, [_cells(row, matmul_records) for row in rows])
+    record = row["record"]
+    pct = factors.percent_of_matmul_peak(record, matmul_records)
+    own = " †" if record.get("paired_baseline_seconds") and row["speedup"] is not None else ""
+    effect = (f"{row['status']}: {record.get('error') or ''}" if row["status"] != "ok"
+              else "(the reference)" if row["factor"] == "baseline" else describe(row))
+    return [row["device"], row["label"], _x(row["speedup"]) + own, _x(row["median_speedup"]),
+            MISSING if row["low"] is None else f"{fmt_ratio(row['low'])}–{fmt_ratio(row['high'])}",
+            effect, fmt(row["samples_per_second"], ",.0f"),
+            fmt(row["steps_measured"], "") + " (time-boxed)" * row["time_boxed"],
+            fmt(row["achieved_gflops"], ".1f"),
+            NOT_A_NUMBER if pct is None else fmt(pct / 100, ".0%") + "*" * (pct > 100),
+            busy_cell(record), accuracy_text(row)]
 
 
 def peak_note(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
-    """Why a "% of matmul" is over 100 % (marked "*" in `table`), "" when none is."""
+    """Why a "% of matmul" is over 100 % (marked "*"), and what "†" means; "" when neither."""
     over = [f"{row['device']} {row['label']} ({fmt(pct, '.0f')} %)" for row in rows
             if (pct := factors.percent_of_matmul_peak(row["record"], matmul_records) or 0) > 100]
-    if not over:
-        return ""
-    return ("\\* Over 100 % of the matmul peak: " + ", ".join(over) + ". The model's GFLOP/s "
-            "counts 3 x 2 x the multiply-adds of its Dense and Conv2D layers, an estimate of "
-            "the work, while the peak is one measured matrix product; an estimate above what "
-            "the kernels do, or a probe that met a slower device (clocks, a busy machine), puts "
-            "the share over 100 %. Read it as \"at the peak\", not beyond it.")
+    own = [row["label"] for row in rows if row["record"].get("paired_baseline_seconds")]
+    return "\n\n".join(filter(None, [
+        own and ("† " + ", ".join(own) + ": against its own paired baseline rounds, trained "
+                 "beside it, not against the baseline row of the table."),
+        over and ("\\* Over 100 % of the matmul peak: " + ", ".join(over) + ". The model's "
+                  "GFLOP/s counts 3 x 2 x the multiply-adds of its Dense and Conv2D layers, an "
+                  "estimate of the work, while the peak is one measured matrix product; an "
+                  "estimate above what the kernels do, or a probe that met a slower device, puts "
+                  "the share over 100 %. Read it as \"at the peak\", not beyond it.")]))
 
 
-def table(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
-    """A Markdown table, a line per variant and device: x vs baseline, effect, GPU busy %,
-    accuracy; with the note saying why where a share of the matmul peak is over 100 %."""
-    note = peak_note(rows, matmul_records)
-    return _table_only(rows, matmul_records) + (f"\n\n{note}" if note else "")
-
-
-def _busy_text(record: dict) -> str:
-    """A variant's GPU busy % by the report's one definition, "n/a" on a CPU or without NVML."""
-    return busy_text(*telemetry_text.gpu_busy(record))
+def table(rows: Sequence[dict], matmul_records: Sequence[dict] = (), linked: bool = False) -> str:
+    """A Markdown table, a line per variant and device, with the notes under it (`peak_note`);
+    `linked`: its headers link to the report's glossary."""
+    body = [_cells(row, matmul_records) for row in rows]
+    text = explained_table(HEADERS, body)[0] if linked else md_table(HEADERS, body)
+    return text + (f"\n\n{note}" if (note := peak_note(rows, matmul_records)) else "")
 
 
 def findings(rows: Sequence[dict]) -> str:
@@ -109,32 +94,28 @@ def findings(rows: Sequence[dict]) -> str:
         faster = sorted((r for r in mine if r["verdict"] == "faster" and r["factor"] != "combined"),
                         key=lambda r: -r["speedup"])
         slower = sorted((r for r in mine if r["verdict"] == "slower"), key=lambda r: r["speedup"])
-        neutral = [r["label"] for r in mine if r["verdict"] == "no clear effect"]
-        parts = []
-        if faster:
-            parts.append("faster: " + ", ".join(f"{r['label']} {_fmt_x(r['speedup'])}"
-                                                for r in faster))
-        if slower:
-            parts.append("slower: " + ", ".join(
-                f"{r['label']} {describe(r)}" if r["speedup"] < 0.2
-                else f"{r['label']} {_fmt_x(r['speedup'])}" for r in slower))
-        if neutral:
-            parts.append("no clear effect: " + ", ".join(neutral))
-        combined = [r for r in mine if r["factor"] == "combined"]
-        text = f"- **{device}**: " + "; ".join(parts) + "."
+        parts = [faster and "faster: " + ", ".join(f"{r['label']} {_x(r['speedup'])}"
+                                                   for r in faster),
+                 slower and "slower: " + ", ".join(f"{r['label']} " + (
+                     describe(r) if r["speedup"] < 0.2 else _x(r["speedup"])) for r in slower),
+                 ", ".join(r["label"] for r in mine if r["verdict"] == "no clear effect")]
+        text = f"- **{device}**: " + "; ".join(p for p in parts[:2] if p) + (
+            f"; no clear effect: {parts[2]}" if parts[2] else "") + "."
         if faster:
             text += f" The factor that matters most here is **{faster[0]['label']}**."
-        if combined:
+        if combined := [r for r in mine if r["factor"] == "combined"]:
             c = combined[0]
-            text += (f" Together, {c['label']} runs at {_fmt_x(c['speedup'])} the book's setting "
-                     f"({c['verdict']}).")
+            base = (" against its own paired baseline rounds" if c["record"].get(
+                "paired_baseline_seconds") else "")
+            text += (f" Together, {c['label']} runs at {_x(c['speedup'])} the book's setting"
+                     f"{base} ({c['verdict']}).")
             if faster and c["speedup"] < faster[0]["speedup"]:
                 text += (f" That is less than {faster[0]['label']} alone: these factors do not "
                          "add up here.")
         out.append(text)
-    compiled = sorted({r["record"].get("backend") for r in rows} & set(factors.ALWAYS_COMPILED))
+    compiled = {r["record"].get("backend") for r in rows} & set(factors.ALWAYS_COMPILED)
     if compiled:
-        out.append("- **XLA**: always on with " + ", ".join(n.upper() for n in compiled)
+        out.append("- **XLA**: always on with " + ", ".join(n.upper() for n in sorted(compiled))
                    + ": every row ran compiled, so XLA is not a factor here.")
     return "\n".join(out)
 
@@ -144,78 +125,101 @@ def crossover_text(records: Sequence[dict]) -> str:
     devices = {r["device"] for r in records if factors.is_factor_record(r)}
     if not any(d != "cpu" for d in devices):
         backend = next((r.get("backend") for r in records if factors.is_factor_record(r)),
-                       "tensorflow") or "tensorflow"
-        env = f"{backends.LABEL_PREFIX.get(backend, '')}gpu"
-        return ("No GPU in this environment: no CPU-GPU crossover batch size. Run this notebook "
-                f"in the {env} env to get it (create it with {ENVS_HINT}).")
+                       None) or "tensorflow"
+        env = backends.env_label(backend, True) if backend in backends.SUPPORTED else "gpu"
+        return (f"No GPU in this environment: no CPU-GPU crossover batch size (run this notebook "
+                f"in the {env} env to get it). {NO_GPU_HINT}.")
     if "cpu" not in devices:
         return "The CPU was not measured here (devices), so there is no crossover to show."
-    size = factors.crossover_batch_size(records)
-    if size is None:
+    if (size := factors.crossover_batch_size(records)) is None:
         return "The GPU beat the CPU at none of the batch sizes measured."
     return f"CPU-GPU crossover: the GPU trains faster than the CPU from batch size **{size}** on."
 
 
-
-
-MAX_CHART_ROWS = 40  # bars the report's chart draws (whole columns), so it stays under ~2000 px
-
-
 def plot(effects: list[dict], ax=None):
-    """Speed of each variant against its device's baseline (factors.effects rows), with interval."""
+    """Speed of each variant against its baseline (factors.effects rows), with its interval, on a
+    log axis; a bar OUTLIER_GAP times beyond the others is cut at the axis' edge, its value
+    written there, so that the others stay readable."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
 
     rows = [e for e in effects if e["speedup"] is not None]
     ax = plots.axes(ax, (8, 0.35 * len(rows) + 1.5))
-    y = range(len(rows))
-    ax.barh(list(y), [e["speedup"] for e in rows],
-            xerr=[[e["speedup"] - e["low"] for e in rows],
-                  [e["high"] - e["speedup"] for e in rows]],
-            color=["tab:blue" if e["clear"] else "lightgrey" for e in rows], capsize=2)
+    values = sorted(e["speedup"] for e in rows) or [1.0]
+    low, high = _kept_range(values)
+    shown = [min(max(e["speedup"], low / 2), high * 2) for e in rows]
+    ax.barh(range(len(rows)), shown, capsize=2,
+            xerr=[[max(s - e["low"], 0) for s, e in zip(shown, rows, strict=True)],
+                  [max(min(e["high"], high * 2) - s, 0) for s, e in zip(shown, rows, strict=True)]],
+            color=["tab:blue" if e["clear"] else "lightgrey" for e in rows])
+    for y, (s, e) in enumerate(zip(shown, rows, strict=True)):
+        if s != e["speedup"]:
+            ax.annotate(f"{describe(e)}, cut", (s * (0.95 if s > 1 else 1.05), y), va="center",
+                        fontsize="small", ha="right" if s > 1 else "left", color="darkred")
     several = len({e.get("column") for e in rows}) > 1
-    labels = [(f"{e['column']} · " if several else "") + f"{e['device']}: {e['value']}"
-              for e in rows]
-    ax.set_yticks(list(y), labels, fontsize="small")
+    ax.set_yticks(list(range(len(rows))), [(f"{e['column']} · " if several else "")
+                                           + f"{e['device']}: {e['value']}" + " †" * bool(
+                                               e["record"].get("paired_baseline_seconds"))
+                                           for e in rows], fontsize="small")
     ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    ax.set_xlim(min(low / 3, 0.5), max(high * 3, 2))
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set(xlabel="x the baseline's speed (log scale; grey: no clear effect)",
+    cut = "; \"cut\": drawn to the edge, far beyond the others" * any(
+        s != e["speedup"] for s, e in zip(shown, rows, strict=True))
+    ax.set(xlabel=f"x the baseline's speed (log scale; grey: no clear effect; †: against its own "
+                  f"paired baseline rounds{cut})",
            title="Speed factors")
     ax.grid(True, axis="x", alpha=0.3)
     return ax
 
 
+def _kept_range(values: list[float]) -> tuple[float, float]:
+    """The lowest and highest value that no gap of OUTLIER_GAP separates from the middle."""
+    middle = len(values) // 2
+    low = next((values[i] for i in range(middle, 0, -1)
+                if values[i] / max(values[i - 1], 1e-300) > OUTLIER_GAP), values[0])
+    high = next((values[i] for i in range(middle, len(values) - 1)
+                 if values[i + 1] / max(values[i], 1e-300) > OUTLIER_GAP), values[-1])
+    return low, high
+
+
+def _variant(record: dict) -> str:
+    """A variant's name as the factors table gives it."""
+    labels = [row["label"] for row in factors.effects([record])]
+    return (f"Speed_Factors {model_title(record['model'])}, variant "
+            f"{labels[0] if labels else record['factor']}")
+
+
 def section(records: list[dict], charts_: dict | None) -> list[str]:
     """The "Speed factors" section from Speed_Factors records (gpubench.factors' numbers)."""
-    if not any(r["benchmark"] == "train" and r.get("factor") for r in records):
+    if not any(factors.is_factor_record(r) for r in records):
         return []
     lines = ["## Speed factors", "",
              "Each variant changes one factor of the book's setting on the same device, measured "
              "in interleaved rounds (round r of every variant, then round r+1), so that a machine "
              "that slows down for a while slows them all alike.", ""]
     all_rows, drawn, tabled = [], [], 0  # the chart: whole columns, the first MAX_CHART_ROWS rows
-    by_column: dict[str, list[dict]] = {}
-    for r in records:
-        by_column.setdefault(r["_column"], []).append(r)
     for column in columns(records):
-        mine = by_column[column]
-        rows = factors.effects(mine)
-        if not rows:
+        mine = [r for r in records if r["_column"] == column]
+        if not (rows := factors.effects(mine)):
             continue
         tabled += 1
         if len(drawn) == tabled - 1 and (not drawn or len(all_rows) + len(rows) <= MAX_CHART_ROWS):
             all_rows += [row | {"column": column} for row in rows]
             drawn.append(column)
-        size = factors.crossover_batch_size(mine)
-        matmul = ok_records(mine, "matmul")
-        text, note = _table_only(rows, matmul), peak_note(rows, matmul)
-        lines += [f"### {column}", "", text, "", column_note(table_headers(text), FACTOR_NOTES),
-                  "", *([note, ""] if note else []), findings(rows), ""]
-        if size is not None:
+        lines += [f"### {column}", "", table(rows, ok_records(mine, "matmul"), linked=True), "",
+                  findings(rows), ""]
+        if (size := factors.crossover_batch_size(mine)) is not None:
             lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
+    if flagged := unstable([r for r in records if factors.is_factor_record(r)], (
+            "steady rounds", "its \"x vs baseline (min)\" in the factors table compares the "
+            "fastest rounds, which noise slows least; trust an effect only where its interval "
+            "leaves out 1.0, or rerun on a quieter machine"), _variant):
+        lines += ["Variants whose rounds varied a lot (IQR over median above 20%):", "",
+                  *flagged, ""]
     if charts_ is None:
         return lines
     ax = plot(all_rows, ax=plots.new_axes((8, 0.35 * len(all_rows) + 1.5)))

@@ -1,25 +1,24 @@
-"""Queries over loaded records, shared by the report's tables and the charts.
-
-Which attempt of a job counts (the latest), the report's columns ("machine · env", in a
-stable order) and each column's baseline (its machine's CPU env of the same backend), the
-matmul timings (product time, call latency, the book's), their series, the GPU-CPU pairing (one
-rule for the speedup and the crossover) and the crossover, the book's training records, and the
-models' titles and order.
-Pure functions over the dicts `gpubench.results` reads; no ML framework, no matplotlib.
-"""
+"""Queries over loaded records that every topic of the report shares: the machines and columns
+("machine · env"), each column's baseline and CPU pairing, the crossover, the load flag and the
+book's train records. Pure functions over the dicts `gpubench.results` reads."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
-from gpubench import backends  # light: loads no framework
-from gpubench.backends import backend_title
+from gpubench import backends
+from gpubench.fmt import fmt
 from gpubench.plots import column_of, sweep_records
 
 MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
                 "cifar_cnn": "CIFAR-10 CNN"}
-MODEL_ORDER = ("mlp_h1000", "mnist_cnn", "cifar_cnn")
+# What makes one measurement: a later record with the same values replaces it (hand re-runs).
+_IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "tf32",
+             "model", "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
+             "input_pipeline", "strategy", "replicas", "workers")
+_VENDOR = re.compile(r"\((R|TM)\)|\b(Intel|AMD|NVIDIA|Processor|CPU|\d+-Core)\b|@.*", re.I)
 
 
 def model_title(model: str) -> str:
@@ -29,62 +28,68 @@ def model_title(model: str) -> str:
 
 def model_rank(model: str) -> tuple[int, str]:
     """A model's place in the book's order (unknown models after, by name)."""
-    return (MODEL_ORDER.index(model) if model in MODEL_ORDER else len(MODEL_ORDER)), model
-
-
-# What makes one measurement: a later record with the same values replaces it (hand re-runs).
-_IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "model",
-             "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
-             "input_pipeline", "strategy", "replicas", "workers")
-
-
-def machine_of(record: dict) -> str:
-    """The machine that made a record (its hostname)."""
-    return record["environment"].get("hostname") or "machine"
+    order = list(MODEL_TITLES)
+    return (order.index(model) if model in order else len(order)), model
 
 
 def backend_of(record: dict) -> str:
-    """The backend that made a record (older records: TensorFlow)."""
+    """The backend that made a record."""
     return record.get("backend") or "tensorflow"
+
+
+def backend_rank(name: str) -> tuple[int, str]:
+    """Sort key of a backend: the supported ones in their order, then the others by name."""
+    known = backends.SUPPORTED
+    return (known.index(name) if name in known else len(known)), name
 
 
 def cpu_env(backend: str) -> str:
     """The label of `backend`'s CPU env: "cpu" for TensorFlow, "jax-cpu" for JAX."""
-    return backends.env_label(backend, False) if backend in backends.LABEL_PREFIX else (
-        f"{backend}-cpu")  # a backend this version does not know, in an old or foreign record
+    return backends.LABEL_PREFIX.get(backend, f"{backend}-") + "cpu"
+
+
+def hardware(environment: dict) -> str:
+    """A machine in a few words, told apart by more than its name: "16-core Xeon, H200"."""
+    short = " ".join(_VENDOR.sub(" ", str(environment.get("cpu_model") or "")).split())
+    gpus = [_VENDOR.sub("", str(g.get("name") or "GPU")).strip()
+            for g in environment.get("gpus") or [] if isinstance(g, dict)]
+    return ", ".join([f"{fmt(environment.get('cpu_count'), '')}-core {short or 'CPU'}", *gpus])
+
+
+def machine_of(record: dict) -> str:
+    """The machine that made a record, as `label_columns` named it."""
+    return record.get("_machine") or record["environment"].get("hostname") or "machine"
 
 
 def label_columns(records: list[dict]) -> None:
-    """Label columns "machine · env" (`_column`); add the backend when an env label holds
-    several, and the run directory when a pair repeats across runs."""
-    dirs_per_pair, backends_per_pair = defaultdict(set), defaultdict(set)
+    """Name each record's machine (`_machine`: its hostname, with its hardware and then its OS
+    where machines share a hostname) and column (`_column`: "machine · env", with the backend
+    where an env label holds several and the run dir where a pair repeats across runs)."""
+    keys: dict[str, set] = defaultdict(set)
     for r in records:
-        dirs_per_pair[(machine_of(r), r["env"])].add(r["_run_dir"])
-        backends_per_pair[(machine_of(r), r["env"])].add(backend_of(r))
+        env = r["environment"]
+        r["_machine"] = env.get("hostname") or "machine"
+        keys[r["_machine"]].add((hardware(env), env.get("os") or "OS unknown"))
     for r in records:
-        pair = (machine_of(r), r["env"])
-        label = f"{machine_of(r)} · {r['env']}"
-        if len(backends_per_pair[pair]) > 1:
-            label += f" ({backend_title(backend_of(r))})"
-        if len(dirs_per_pair[pair]) > 1:
-            label += f" ({Path(r['_run_dir']).name})"
-        r["_column"] = label
-
-
-def dedupe(records: list[dict]) -> list[dict]:
-    """One record per measurement: the last of those with the same identity."""
-    return list({identity(r): r for r in records}.values())
+        same, key = keys[r["_machine"]], (hardware(r["environment"]),
+                                          r["environment"].get("os") or "OS unknown")
+        if len(same) > 1:
+            r["_machine"] += f" ({key[0]})" if len({k[0] for k in same}) == len(same) else (
+                f" ({', '.join(key)})")
+    dirs, names = defaultdict(set), defaultdict(set)
+    for r in records:
+        dirs[(r["_machine"], r["env"])].add(r["_run_dir"])
+        names[(r["_machine"], r["env"])].add(backend_of(r))
+    for r in records:
+        pair = (r["_machine"], r["env"])
+        backend = f" ({backends.backend_title(backend_of(r))})" if len(names[pair]) > 1 else ""
+        run = f" ({Path(r['_run_dir']).name})" if len(dirs[pair]) > 1 else ""
+        r["_column"] = f"{r['_machine']} · {r['env']}{backend}{run}"
 
 
 def identity(record: dict) -> tuple:
     """What makes one measurement (`_IDENTITY`'s fields, as text)."""
     return tuple(str(record.get(k)) for k in _IDENTITY)
-
-
-def backend_rank(name: str) -> tuple[int, str]:
-    """Sort key of a backend: the supported ones in their order, then the others by name."""
-    return (backends.SUPPORTED.index(name) if name in backends.SUPPORTED
-            else len(backends.SUPPORTED)), name
 
 
 def columns(records: list[dict]) -> list[str]:
@@ -95,58 +100,52 @@ def columns(records: list[dict]) -> list[str]:
     return sorted(keys, key=keys.get)
 
 
-# The last records list `_index` was asked about and its index: the report asks `baseline` and
-# `cpu_pairing` once per column and row of the same list, so each list is scanned once, not
-# once per question. The list is held (so its id cannot be reused) and its length compared.
-_LAST_INDEX: list = [None, -1, {}]
-
-
-def _index(records: list[dict]) -> dict:
-    """Each column's baseline (`baselines`) and the columns whose sweeps timed the CPU
-    (`timed_cpu`), from one pass over `records`."""
-    if _LAST_INDEX[0] is records and _LAST_INDEX[1] == len(records):
-        return _LAST_INDEX[2]
-    kind: dict[str, tuple] = {}  # column -> (machine, backend, is its backend's CPU env)
+def baselines(records: list[dict]) -> dict[str, str | None]:
+    """Each column's baseline: the CPU env of its machine and backend; of two such CPU columns,
+    the one in the book's mode (XLA off, float32), else the earlier run, which has none itself."""
+    other_mode = {column_of(r) for r in book_train(records) if r.get("precision") not in (
+        None, "float32") or r.get("jit_compile") and backend_of(r) != "jax"}
+    first: dict[tuple, tuple] = {}  # (machine, backend) -> the best CPU column's rank
     for r in records:
-        if (column := column_of(r)) not in kind:
-            kind[column] = (machine_of(r), backend_of(r), r["env"] == cpu_env(backend_of(r)))
-    cpu_columns: dict[tuple, list[str]] = defaultdict(list)  # (machine, backend) -> CPU envs
-    for column, (machine, backend, is_cpu) in sorted(kind.items()):
-        if is_cpu:
-            cpu_columns[(machine, backend)].append(column)
-    baselines = {column: next((c for c in cpu_columns.get((machine, backend), []) if c != column),
-                              None) for column, (machine, backend, _) in kind.items()}
-    index = {"baselines": baselines, "timed_cpu": {column_of(r) for r in sweep_records(records)
-                                                   if r["device"] == "cpu"}}
-    _LAST_INDEX[:] = [records, len(records), index]
-    return index
+        if r["env"] == cpu_env(backend_of(r)):
+            rank = (column_of(r) in other_mode, str(r.get("timestamp")), column_of(r))
+            key = (machine_of(r), backend_of(r))
+            first[key] = min(first.get(key, rank), rank)
+    found = {}
+    for r in records:
+        base = first.get((machine_of(r), backend_of(r)), (None, None, None))[2]
+        found[column_of(r)] = None if base == column_of(r) else base
+    return found
 
 
-def baseline(records: list[dict], column: str) -> str | None:
-    """The column a column is compared with: the CPU env of the same machine and backend."""
-    return _index(records)["baselines"].get(column)
-
-
-def cpu_pairing(records: list[dict], column: str) -> str | None:
-    """The column whose CPU matmul timings pair with `column`'s GPU ones: the same column where it
-    timed the CPU too (as the book did), else its machine's CPU env of the same backend
-    (`baseline`) where that one timed the CPU; None where neither did."""
-    index = _index(records)
-    if column in index["timed_cpu"]:
-        return column
-    other = index["baselines"].get(column)
-    return other if other in index["timed_cpu"] else None
+def pairings(records: list[dict]) -> dict[str, str | None]:
+    """The column whose CPU matmul timings pair with each column's GPU ones: the same column
+    where it timed the CPU (as the book did), else its baseline where that one did."""
+    timed = {column_of(r) for r in sweep_records(records) if r["device"] == "cpu"}
+    return {column: column if column in timed else base if base in timed else None
+            for column, base in baselines(records).items()}
 
 
 def crossover(points: list[tuple[int, float]]) -> int | None:
-    """The size from which the GPU wins (speedup above 1) at every larger size measured; None
-    where it loses at the largest."""
+    """The size from which the GPU wins (speedup above 1) at every larger size; None where it
+    loses at the largest."""
     size = None
     for n, speedup in sorted(points, reverse=True):
         if speedup <= 1:
             break
         size = n
     return size
+
+
+def loaded(record: dict) -> str:
+    """"load 6.5 on 2 cores" where the load average (the region's or an epoch's) exceeded the
+    machine's cores while the record was measured; "" otherwise."""
+    loads = [x for x in [record.get("load_average"), *(record.get("epoch_load_average") or [])]
+             if isinstance(x, (int, float))]
+    cores = record["environment"].get("cpu_count")
+    if not loads or not cores or max(loads) <= cores:
+        return ""
+    return f"load {fmt(max(loads), '.1f')} on {cores} cores"
 
 
 def book_train(records: list[dict]) -> list[dict]:
@@ -156,5 +155,4 @@ def book_train(records: list[dict]) -> list[dict]:
 
 def by_model_and_column(records: list[dict]) -> dict[tuple[str, str], dict]:
     """The book's train records by (model, column)."""
-    return {(r["model"], r["_column"]): r for r in book_train(records)}
-
+    return {(r["model"], column_of(r)): r for r in book_train(records)}

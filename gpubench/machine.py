@@ -6,7 +6,9 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 # Environment variables that change what a backend does; a record keeps those that are set.
@@ -15,6 +17,9 @@ SPEED_ENV_VARS = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUD
                   "TF_NUM_INTEROP_THREADS", "JAX_PLATFORMS", "XLA_FLAGS",
                   "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
                   "JAX_DEFAULT_MATMUL_PRECISION")
+
+CPU_REASON = "the device is the CPU"  # why a CPU region has no GPU figures
+RAPL_ROOT = Path("/sys/class/powercap")  # the CPU packages' energy counters (RAPL)
 
 
 def command_output(cmd: list[str], timeout: float = 20) -> str | None:
@@ -108,3 +113,38 @@ def facts() -> dict:
             "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb(),
             "gpus": smi_gpus(), "git_commit": git_commit(), "hostname": platform.node(),
             "tf_env": {name: os.environ[name] for name in SPEED_ENV_VARS if name in os.environ}}
+
+
+def rapl_packages(root: Path | None = None) -> list[tuple[Path, int]]:
+    """(energy_uj path, wrap range in µJ) of each readable CPU package domain ([] if none)."""
+    packages = []
+    try:
+        for domain in sorted((RAPL_ROOT if root is None else root).glob("intel-rapl:*")):
+            if (re.fullmatch(r"intel-rapl:\d+", domain.name)
+                    and (domain / "name").read_text().startswith("package")):  # not "psys"
+                int((domain / "energy_uj").read_text())  # root-only on most kernels since 2020
+                packages.append((domain / "energy_uj",
+                                 int((domain / "max_energy_range_uj").read_text())))
+    except (OSError, ValueError):
+        return []
+    return packages
+
+
+def read_rapl(packages: Sequence[tuple[Path, int]]) -> tuple[int, ...] | None:
+    """The packages' energy counters in µJ, None if one cannot be read."""
+    try:
+        return tuple(int(path.read_text()) for path, _ in packages)
+    except (OSError, ValueError):
+        return None
+
+
+def rapl_joules(packages: Sequence[tuple[Path, int]],
+                readings: Sequence[tuple[int, ...] | None]) -> float | None:
+    """Joules of all packages over successive `read_rapl` readings, counting wrap-arounds."""
+    if not packages or len(readings) < 2 or None in readings:
+        return None
+    total = 0
+    for before, after in zip(readings, readings[1:], strict=False):
+        for (_, wrap), b, a in zip(packages, before, after, strict=True):
+            total += a - b if a >= b else a + wrap - b
+    return total / 1e6

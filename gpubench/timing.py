@@ -8,12 +8,10 @@ their spread is under NOISE_THRESHOLD or TIME_CAP_S is spent (nvbench's noise cr
 from __future__ import annotations
 
 import contextlib
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,8 +24,6 @@ MAX_PER_BLOCK = 1024  # calls per block at most (memory: each queued call holds 
 NOISE_THRESHOLD = 0.05  # blocks repeat while IQR / median of their per-call times is above this
 TIME_CAP_S = 1.0  # ... until this many seconds of blocks have run, noisy or not
 STEADY_EPOCHS = "epochs 2..n"  # epoch 1 traces and compiles: every steady figure leaves it out
-CPU_REASON = "the device is the CPU"
-RAPL_ROOT = Path("/sys/class/powercap")
 _T = TypeVar("_T")
 
 
@@ -88,44 +84,9 @@ class Measurement:
         return summarize(self.calls or self.times)
 
 
-def rapl_packages(root: Path | None = None) -> list[tuple[Path, int]]:
-    """(energy_uj path, wrap range in µJ) of each readable CPU package domain ([] if none)."""
-    packages = []
-    try:
-        for domain in sorted((RAPL_ROOT if root is None else root).glob("intel-rapl:*")):
-            if (re.fullmatch(r"intel-rapl:\d+", domain.name)
-                    and (domain / "name").read_text().startswith("package")):  # not "psys"
-                int((domain / "energy_uj").read_text())  # root-only on most kernels since 2020
-                packages.append((domain / "energy_uj",
-                                 int((domain / "max_energy_range_uj").read_text())))
-    except (OSError, ValueError):
-        return []
-    return packages
-
-
-def read_rapl(packages: Sequence[tuple[Path, int]]) -> tuple[int, ...] | None:
-    """The packages' energy counters in µJ, None if one cannot be read."""
-    try:
-        return tuple(int(path.read_text()) for path, _ in packages)
-    except (OSError, ValueError):
-        return None
-
-
-def rapl_joules(packages: Sequence[tuple[Path, int]],
-                readings: Sequence[tuple[int, ...] | None]) -> float | None:
-    """Joules of all packages over successive `read_rapl` readings, counting wrap-arounds."""
-    if not packages or len(readings) < 2 or None in readings:
-        return None
-    total = 0
-    for before, after in zip(readings, readings[1:], strict=False):
-        for (_, wrap), b, a in zip(packages, before, after, strict=True):
-            total += a - b if a >= b else a + wrap - b
-    return total / 1e6
-
-
 def _cpu_figures(seconds: float, cpu_seconds: float, joules: float | None) -> dict:
     """A CPU region's telemetry object: every GPU figure null, CPU use and RAPL energy."""
-    found = results.unmeasured(CPU_REASON) | {"seconds": round(seconds, 6)}
+    found = results.unmeasured(machine.CPU_REASON) | {"seconds": round(seconds, 6)}
     if seconds > 0:
         found["cpu_util_percent_mean"] = round(100 * cpu_seconds / seconds, 1)
     if joules is not None:
@@ -138,15 +99,15 @@ class CpuMeter:
 
     def start(self) -> CpuMeter:
         """Read the clocks and the RAPL counters at the region's start."""
-        self.packages = rapl_packages()
-        self.begun = time.perf_counter(), time.process_time(), read_rapl(self.packages)
+        self.packages = machine.rapl_packages()
+        self.begun = time.perf_counter(), time.process_time(), machine.read_rapl(self.packages)
         return self
 
     def stop(self) -> dict:
         """The region's telemetry object."""
         wall, cpu, energy = self.begun
-        return _cpu_figures(time.perf_counter() - wall, time.process_time() - cpu,
-                            rapl_joules(self.packages, [energy, read_rapl(self.packages)]))
+        joules = machine.rapl_joules(self.packages, [energy, machine.read_rapl(self.packages)])
+        return _cpu_figures(time.perf_counter() - wall, time.process_time() - cpu, joules)
 
 
 def cpu_combined(parts: Sequence[dict]) -> dict:

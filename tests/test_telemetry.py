@@ -17,7 +17,7 @@ from fake_pynvml import (
     FakeGPU,
     FakeNVML,
 )
-from gpubench import fmt, results, telemetry, timing
+from gpubench import fmt, machine, results, telemetry
 from gpubench.telemetry import Monitor
 
 HOUR = 3600.0  # an interval the sampler thread never reaches: the test takes the samples
@@ -316,7 +316,7 @@ def write_rapl(root: Path, domain: str, name: str, energy: int, wrap: int) -> Pa
 
 
 def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
-    monkeypatch.setattr(timing, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(machine, "RAPL_ROOT", tmp_path)
     package0 = write_rapl(tmp_path, "intel-rapl:0", "package-0", 990_000_000, 1_000_000_000)
     package1 = write_rapl(tmp_path, "intel-rapl:1", "package-1", 5_000_000, 1_000_000_000)
     write_rapl(tmp_path, "intel-rapl:0:0", "core", 0, 10)  # a subdomain: inside package 0
@@ -337,7 +337,7 @@ def test_rapl_package_energy_with_wrap_around(tmp_path, monkeypatch):
 
 
 def test_unreadable_rapl_is_null_without_a_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(timing, "RAPL_ROOT", tmp_path)
+    monkeypatch.setattr(machine, "RAPL_ROOT", tmp_path)
     write_rapl(tmp_path, "intel-rapl:0", "package-0", 1, 10).unlink()  # as if root-only
     result = region(FakeNVML(), device="cpu")
     assert result["cpu_energy_joules"] is None and result["cpu_energy_method"] is None
@@ -546,7 +546,7 @@ def test_energy_cells_of_a_gpu_run_and_of_a_cpu_run_without_rapl():
                      "cpu_images_per_joule": "n/a", "gpu_busy": "91 %",
                      "watts_mean": "287 W", "cpu_util": "104 %"}
     cpu_run = {"benchmark": "train", "epochs": 15, "train_samples": 60_000,
-               "telemetry": {**results.unmeasured(timing.CPU_REASON),
+               "telemetry": {**results.unmeasured(machine.CPU_REASON),
                              "cpu_util_percent_mean": 196.4}}
     cells = telemetry_text().energy_cells(cpu_run)
     assert cells["joules_per_epoch"] == "n/a" and cells["gpu_busy"] == "n/a"

@@ -284,31 +284,31 @@ def test_rapl_packages_are_the_package_domains_only(tmp_path):
     root = rapl_tree(tmp_path, {"intel-rapl:0": ("package-0", 5, 100),
                                 "intel-rapl:0:0": ("core", 1, 100),
                                 "intel-rapl:1": ("psys", 7, 100)})
-    assert timing.rapl_packages(root) == [(root / "intel-rapl:0" / "energy_uj", 100)]
-    assert timing.rapl_packages(tmp_path / "nowhere") == []
+    assert machine.rapl_packages(root) == [(root / "intel-rapl:0" / "energy_uj", 100)]
+    assert machine.rapl_packages(tmp_path / "nowhere") == []
     (root / "intel-rapl:0" / "energy_uj").chmod(0)
     if os.geteuid() != 0:  # root reads it anyway
-        assert timing.rapl_packages(root) == []
+        assert machine.rapl_packages(root) == []
 
 
 def test_rapl_joules_count_wrap_arounds():
     packages = [("a", 1_000_000), ("b", 10_000_000)]
     readings = [(900_000, 5_000_000), (100_000, 6_000_000), (300_000, 6_500_000)]
     # a: 0.9 -> 0.1 wraps (+0.2 J), then +0.2 J; b: +1 J, then +0.5 J
-    assert timing.rapl_joules(packages, readings) == pytest.approx(0.2 + 0.2 + 1.0 + 0.5)
-    assert timing.rapl_joules(packages, [readings[0], None]) is None
-    assert timing.rapl_joules([], readings) is None and timing.rapl_joules(packages, []) is None
+    assert machine.rapl_joules(packages, readings) == pytest.approx(0.2 + 0.2 + 1.0 + 0.5)
+    assert machine.rapl_joules(packages, [readings[0], None]) is None
+    assert machine.rapl_joules([], readings) is None and machine.rapl_joules(packages, []) is None
 
 
 def test_the_cpu_meter_gives_cpu_use_and_rapl_energy(tmp_path, monkeypatch):
     root = rapl_tree(tmp_path, {"intel-rapl:0": ("package-0", 1_000_000, 2**32)})
-    monkeypatch.setattr(timing, "RAPL_ROOT", root)
+    monkeypatch.setattr(machine, "RAPL_ROOT", root)
     meter = timing.CpuMeter().start()
     sum(i * i for i in range(300_000))  # busy on this process's CPU
     (root / "intel-rapl:0" / "energy_uj").write_text("3500000\n")
     result = meter.stop()
     assert set(result) == set(results.TELEMETRY_FIELDS)
-    assert result["reason"] == timing.CPU_REASON and result["source"] is None
+    assert result["reason"] == machine.CPU_REASON and result["source"] is None
     assert result["cpu_util_percent_mean"] > 20 and result["seconds"] > 0
     assert (result["cpu_energy_joules"], result["cpu_energy_method"]) == (2.5, "rapl")
     combined = timing.cpu_combined([result, result])

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpubench import timing
+from gpubench import machine
 from gpubench.results import TELEMETRY_FIELDS, unmeasured
 from gpubench.telemetry import nvml
 
@@ -78,7 +78,7 @@ class Monitor:
         self._rows, self._readers, self._first, self._dropped = [], {}, {}, {}
         self._abandoned = self._closed = False  # NVML given up on; stop() has summed up
         self._stop, self._ready, self._last = (threading.Event() for _ in range(3))
-        self._packages = timing.rapl_packages()
+        self._packages = machine.rapl_packages()
         self._thread = threading.Thread(target=self._run, name="gpubench-telemetry", daemon=True)
         if self.index is not None and nvml.stuck():
             self._give_up("an earlier NVML call has not answered yet")
@@ -135,12 +135,12 @@ class Monitor:
 
     def _row(self, gpu: dict[str, Any]) -> tuple:
         """A sample: the clocks, a GPU reading and RAPL's counters."""
-        rapl = timing.read_rapl(self._packages) if self._packages else None
+        rapl = machine.read_rapl(self._packages) if self._packages else None
         return self._clock(), self._cpu_clock(), gpu, rapl
 
     def _run(self) -> None:
         """The thread: the GPU and the first sample, one per interval, the last (with energy)."""
-        readers, first, reason = {}, {}, timing.CPU_REASON
+        readers, first, reason = {}, {}, machine.CPU_REASON
         if self.index is not None and not self._abandoned:
             try:
                 readers, first, reason = nvml.open_gpu(self._module, self.index)
@@ -190,7 +190,7 @@ class Monitor:
         seconds = times[-1] - times[0]
         result = unmeasured(self._reason) | {"interval_s": self.interval, "samples": len(times),
                                              "seconds": round(seconds, 6), **_cpu_use(times, cpu)}
-        joules = timing.rapl_joules(self._packages, rapl)
+        joules = machine.rapl_joules(self._packages, rapl)
         if joules is not None:
             result.update(cpu_energy_joules=round(joules, 3), cpu_energy_method="rapl")
         if self._abandoned:

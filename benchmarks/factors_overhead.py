@@ -24,6 +24,7 @@ import time
 from bare import bare_fit, epoch_clock, gpubench_fit, machine, parse_rounds, round_options
 
 import gpubench as gb
+from gpubench.factors.trainer import tf_dataset
 
 MODES = {
     "baseline (book)": dict(batch_size=100, precision="float32", xla="off"),
@@ -88,7 +89,7 @@ def hand_rate(split, settings: dict, epochs: int) -> float:
     b = settings["batch_size"]
     if settings["input_pipeline"] == "tf.data":
         # The same pipeline as gpubench's (shuffled, batched, prefetched).
-        ds = gb.factors.trainer.tf_dataset(split.x_train, split.y_train, b)
+        ds = tf_dataset(split.x_train, split.y_train, b)
         model.fit(ds, epochs=epochs, callbacks=[clock], verbose=0, shuffle=False)  # ds shuffles
     else:
         model.fit(split.x_train, split.y_train, batch_size=b, epochs=epochs, callbacks=[clock],

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gpubench import backends, factors, results
-from gpubench.factors import measure
+from gpubench.factors import measure, rules
 from gpubench.factors import trainer as factor_trainer
 
 
@@ -88,7 +88,7 @@ def test_no_clear_effect_when_the_rounds_straddle_one():
     (0.9, 1.1, "no clear effect"), (1.0, 1.3, "no clear effect"), (0.5, 1.0, "no clear effect"),
     (1.01, 1.3, "faster"), (0.2, 0.99, "slower")])
 def test_verdict_rule(low, high, expected):
-    assert factors.verdict(low, high) == expected
+    assert rules.verdict(low, high) == expected
 
 
 def test_each_device_is_compared_with_its_own_baseline():
@@ -181,7 +181,7 @@ def test_findings_name_what_matters():
 
 def _trainer(factor, seconds, probe_seconds=1.0, boxed=None, kind=factors.Trainer, **settings):
     """A measured variant (no model) of class `kind`: 1000 images per round, these seconds."""
-    variant = factors.Variant(factor, **settings)
+    variant = rules.Variant(factor, **settings)
     return kind(variant, "cpu", None, [0] * 1000, None, round_seconds=list(seconds),
                 probe_step_seconds=probe_seconds, boxed_steps=boxed)
 
@@ -218,19 +218,20 @@ def test_the_combination_takes_each_factors_fastest_value_in_the_rounds():
 
 
 def test_the_combination_is_compared_with_the_baseline_rounds_it_ran_beside():
+    report = _report()
+
     combined = _record(factor="combined", batch_size=1000, seconds=(9, 0.5, 0.5, 0.5),
                        paired_baseline_seconds=[9, 2.0, 2.0, 2.0])
     rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
+    # against its own baseline's rounds (500 images/s), not the baseline row's (1000)
     assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(4.0)
-    # what the report needs to say so: its own baseline's rounds, at 500 images/s
-    assert _effect(rows, "cpu", "combined")["paired_baseline"] is True
-    assert _effect(rows, "cpu", "combined")["baseline_samples_per_second"] == pytest.approx(500)
-    assert _effect(rows, "cpu", "baseline")["paired_baseline"] is False
-    del combined["paired_baseline_seconds"]  # a schema-2 record from before: the first baseline
+    table = report.table(rows)  # and the report says so: a dagger on its row, a note under it
+    assert "| 4.00x † |" in table and "| 1.00x |" in table
+    assert "† combined (batch 1000): against its own paired baseline rounds" in table
+    del combined["paired_baseline_seconds"]  # a record without them: against the baseline row
     rows = factors.effects([_record(seconds=(9, 1.0, 1.0, 1.0)), combined])
     assert _effect(rows, "cpu", "combined")["speedup"] == pytest.approx(2.0)
-    assert _effect(rows, "cpu", "combined")["paired_baseline"] is False
-    assert _effect(rows, "cpu", "combined")["baseline_samples_per_second"] == pytest.approx(1000)
+    assert "†" not in report.table(rows)
 
 
 def test_findings_say_when_the_combination_is_slower_than_one_factor_alone():
@@ -254,7 +255,7 @@ def test_variants_change_one_factor_at_a_time():
     assert [v.label for v in found] == ["baseline (book)", "batch 32", "batch 1024", "XLA on"]
     for v in found[1:]:
         changed = [k for k, value in v.settings().items()
-                   if value != factors.BASELINE.settings()[k]]
+                   if value != rules.BASELINE.settings()[k]]
         assert changed == [v.factor]
 
 
@@ -325,9 +326,9 @@ def _on_device_trainer(steps_per_execution=4):
 
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                   max_train_samples=660, verbose=False))
-    variant = factors.Variant("combined", batch_size=100, steps_per_execution=steps_per_execution,
-                              input_pipeline="on_device")
-    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)
+    variant = rules.Variant("combined", batch_size=100, steps_per_execution=steps_per_execution,
+                            input_pipeline="on_device")
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split)
     assert trainer.status == "ok", trainer.error
     return trainer, split
 
@@ -337,8 +338,8 @@ def test_on_device_steps_wrap_at_the_end_of_the_training_set():
     trainer, split = _on_device_trainer()
     trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
     trainer.timed(None)  # one epoch, the last 5 images in a batch of their own
-    variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    variant = rules.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split)  # batch > set
     assert trainer.status == "ok", trainer.error
     trainer.timed(3)
 
@@ -485,11 +486,14 @@ def test_the_chapter_runs_each_missing_gpu_peak_once_and_reuses_a_stored_one(tmp
     store.append(peak("gpu:0", "float32", notebook="performanceTest", env="jax-gpu"))
     probed.clear()
     precisions = ["float32", "mixed_float16", "mixed_bfloat16"]
-    peaks = factors.matmul_peaks(["gpu:0"], precisions, store=store, env="jax-gpu")
+    dtypes = sorted({rules.COMPUTE_DTYPE[p] for p in precisions})  # as the chapter asks
+    peaks = matmul.peaks_for(["gpu:0"], dtypes, store=store, env="jax-gpu",
+                             notebook="Speed_Factors")
     assert probed == [("gpu:0", "bfloat16"), ("gpu:0", "float16")]  # float32: performanceTest's
     assert [r["notebook"] for r in peaks] == ["Speed_Factors", "Speed_Factors", "performanceTest"]
     assert len(store.read()) == 3
-    again = factors.matmul_peaks(["gpu:0"], precisions, store=store, env="jax-gpu")
+    again = matmul.peaks_for(["gpu:0"], dtypes, store=store, env="jax-gpu",
+                             notebook="Speed_Factors")
     assert [(r["dtype"], r["timestamp"]) for r in again] == [
         (r["dtype"], r["timestamp"]) for r in peaks]  # the stored ones
     assert len(probed) == 2 and len(store.read()) == 3  # a second run measures nothing again
@@ -505,8 +509,9 @@ def test_a_fit_variants_busy_region_is_one_fit_call_stopped_when_long_enough(fak
 
     split = training.split("mlp_h1000", data.load("mnist", source="synthetic",
                                                   max_train_samples=660, verbose=False))
-    variant = factors.Variant("batch_size", batch_size=200)
-    trainer = factors.Trainer.build(variant, "mlp_h1000", "gpu:0", split, None)
+    variant = rules.Variant("batch_size", batch_size=200)
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "gpu:0", split)
+    assert trainer.status == "ok", trainer.error
     trainer.round_seconds = [1.0, 0.01, 0.01]  # as if its rounds were far too short for NVML
     fits = []
     fit = trainer.model.fit
@@ -528,17 +533,18 @@ def test_a_gpu_variant_with_no_busy_figure_records_its_steady_rounds_and_why(fak
     monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML cannot be asked: no busy region
     dataset = data.load("mnist", source="synthetic", max_train_samples=660, verbose=False)
     split = training.split("mlp_h1000", dataset)
-    trainer = factors.Trainer.prepared(factors.Variant("batch_size", batch_size=200),
+    trainer = factors.Trainer.prepared(rules.Variant("batch_size", batch_size=200),
                                        "mlp_h1000", "gpu:0", split)
     measure.rounds([trainer], 3, trainer.projected_epoch(), lambda text: None)
     measure.busy_regions([trainer], lambda text: None)
-    made = measure.record(trainer, split, data=dataset, model_name="mlp_h1000", epochs=3,
-                          env="gpu", notebook="Speed_Factors")
+    common = dict(notebook="Speed_Factors", env="gpu", model="mlp_h1000", dataset=dataset.name,
+                  data_source=dataset.source, data_verified=dataset.verified, epochs=3,
+                  train_samples=len(split.x_train))
+    made = measure.record(trainer, common)
     busy = made["busy_region"]  # not the run's mean: epoch 1 (compiling) left out, and why
     assert busy["gpu_util_percent_mean"] is None and busy["reason"] == telemetry.NO_PYNVML
     assert busy["samples"] < made["telemetry"]["samples"] and made["status"] == "ok"
-    assert measure.record(trainer, split, data=dataset, model_name="mlp_h1000", epochs=3,
-                          env="gpu", notebook="Speed_Factors")["busy_region"] == busy
+    assert measure.record(trainer, common)["busy_region"] == busy
 
 
 # --- backends: what each backend runs (pure), and the JAX feeds (in the JAX env) ----------
@@ -553,7 +559,7 @@ def test_jax_has_no_xla_factor_and_tf_data_needs_tensorflow():
     assert kept["xla"] == [] and kept["input_pipeline"] == values["input_pipeline"]
     assert [v.factor for v in factors.variants(kept)] == ["baseline", "batch_size",
                                                           "input_pipeline", "input_pipeline"]
-    assert notes == [factors.XLA_NOTE.format(modes=["off", "on"])]
+    assert notes == [rules.XLA_NOTE.format(values=["off", "on"])]
     assert "XLA: always on with JAX" in notes[0]
     with pytest.raises(ValueError, match=r"'tf.data'.*pip install tensorflow-cpu"):
         factors.for_backend(values, "jax", False)  # asked for by hand: refused, naming the fix
@@ -566,7 +572,7 @@ def test_chapter_drops_tf_data_only_from_the_default_list(monkeypatch):
     from gpubench.params import DEFAULTS
 
     defaults = DEFAULTS["full"]["Speed_Factors"]
-    params = {name: defaults[name] for name in factors.LIST_PARAMS}
+    params = {name: defaults[name] for name in rules.LIST_PARAMS}
     monkeypatch.setattr(backends.current(), "tensorflow_importable", lambda: False)
     kept, notes = factors.chapter_values(params)
     assert "tf.data" not in kept["input_pipeline"] and "on_device" in kept["input_pipeline"]
@@ -640,8 +646,8 @@ def test_jax_on_device_feed_trains_the_models_own_variables():
     trainer.timed(None)  # one epoch: 6 steps of 100, then the last 5 images
     assert int(trainer.model.optimizer.iterations.value) == iterations + 20
     assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
-    variant = factors.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
-    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split, None)  # batch > set
+    variant = rules.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
+    trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split)  # batch > set
     assert trainer.status == "ok", trainer.error
     iterations = int(trainer.model.optimizer.iterations.value)
     trainer.timed(3)
@@ -662,5 +668,4 @@ def test_torch_on_device_feed_trains_the_models_own_variables():
     assert int(trainer.model.optimizer.iterations.value) == iterations + 20
     assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
     with pytest.raises(ValueError, match="steps_per_execution=1"):
-        factors.feeds().on_device_feed(trainer.model, split.x_train, split.y_train, 100, 4,
-                                       False, "cpu")
+        factor_trainer.on_device_feed(trainer.model, split.x_train, split.y_train, 100, 4, "cpu")

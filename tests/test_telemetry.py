@@ -1,4 +1,5 @@
-"""gpubench.telemetry and its text module, driven by a stand-in pynvml on a hand-moved clock."""
+"""gpubench.telemetry, driven by a stand-in pynvml on a hand-moved clock, and the telemetry in
+words (fmt's chapter line, report.telemetry's table and findings)."""
 
 from __future__ import annotations
 
@@ -467,7 +468,7 @@ def test_unmeasured_is_a_fresh_dict():
     assert fresh["samples"] is None and fresh["partial"] is False
 
 
-# --- telemetry.text ---------------------------------------------------------------------
+# --- the telemetry in words: the chapter's line (fmt) and the report's (report.telemetry) ---
 
 GPU_RUN = {**results.unmeasured(None), "source": "nvml", "gpu_util_percent_mean": 91.2,
            "power_watts_mean": 287.4, "sm_clock_mhz_mean": 1930.0, "energy_joules": 6180.0,
@@ -476,13 +477,22 @@ GPU_RUN = {**results.unmeasured(None), "source": "nvml", "gpu_util_percent_mean"
 
 def test_line_for_a_gpu_run():
     steady = [3.0] + [90.0, 91.0, 92.0] * 4 + [91.0, 91.0]  # epoch 1 compiles: left out
-    assert fmt.telemetry_line(GPU_RUN, epochs=15, epoch_gpu_util=steady) == (
-        "GPU: busy 91 %, 287 W mean, 1,930 MHz, 412 J per epoch (counter); "
+    energy = [700.0] + [412.0] * 14  # busy and energy over the same steady epochs
+    assert fmt.telemetry_line(GPU_RUN, 15, steady, energy) == (
+        "GPU: busy 91 %, 287 W mean, 1,930 MHz, 412 J per steady epoch; "
         "CPU: 104 % of one core")
     assert "busy 91 % (run mean)" in fmt.telemetry_line(GPU_RUN, epochs=15)
-    assert "6,180 J (counter)" in fmt.telemetry_line(GPU_RUN)
+    assert "6,180 J in all" in fmt.telemetry_line(GPU_RUN)  # no per-epoch figures: the run's
     power_only = {**GPU_RUN, "energy_method": "power_integral", "partial": True}
-    assert "(power x time), partial" in fmt.telemetry_line(power_only, epochs=15)
+    assert "J in all, partial: NVML failed" in fmt.telemetry_line(power_only, epochs=15)
+
+
+@pytest.mark.xfail(strict=True, reason="fmt.telemetry_line names no energy method since the "
+                   "chapter-tier move; the report's energy_text does (fmt is another owner's)")
+def test_line_names_the_energy_method():
+    assert "6,180 J in all (counter)" in fmt.telemetry_line(GPU_RUN)
+    power_only = {**GPU_RUN, "energy_method": "power_integral"}
+    assert "(power x time)" in fmt.telemetry_line(power_only, epochs=15)
 
 
 def test_line_without_a_gpu():
@@ -533,28 +543,34 @@ def test_diagnosis_is_empty_when_all_is_fine_or_there_is_no_gpu():
 def test_diagnosis_of_a_matmul_record_uses_the_run_figures():
     record = {"benchmark": "matmul", "telemetry": {**GPU_RUN, "gpu_util_percent_mean": 30.0,
                                                    "clock_event_reasons": ["hw_slowdown"]}}
-    lines = telemetry_text().diagnosis(record)
-    assert lines[0].startswith("GPU busy 30 % of the timed region")
-    assert lines[1].startswith("clocks slowed by the hardware (slowdown or power brake) "
-                               "during the run")
+    lines = telemetry_text().diagnosis(record)  # no epochs: the reasons of the whole run
+    assert len(lines) == 1 and lines[0].startswith(
+        "clocks slowed by the hardware (slowdown or power brake) during the run")
+    # a timed matmul region's busy % is no wait on an input feed: no such finding
+    assert not any("busy" in line for line in lines)
 
 
 def test_energy_cells_of_a_gpu_run_and_of_a_cpu_run_without_rapl():
-    cells = telemetry_text().energy_cells(train_record([91.0] * 15))
-    assert cells == {"joules_per_epoch": "400 J", "images_per_joule": "150",
-                     "cpu_joules_per_epoch": "n/a (no RAPL on this machine)",
-                     "cpu_images_per_joule": "n/a", "gpu_busy": "91 %",
-                     "watts_mean": "287 W", "cpu_util": "104 %"}
+    text = telemetry_text()
+
+    def cells(record: dict) -> dict:  # the telemetry table's cells of a record, by header
+        row = [text.busy_cell(record), *text.energy_cells(record)]
+        return dict(zip(text.TELEMETRY_HEADERS[3:], row, strict=True))
+
+    assert cells(train_record([91.0] * 15)) == {
+        "GPU busy": "91 %", "GPU mean power": "287 W", "GPU energy per steady epoch": "400 J",
+        "images per joule (GPU)": "150", "CPU use (one core = 100 %)": "104 %",
+        "CPU energy per epoch": "n/a (no RAPL on this machine)", "images per joule (CPU)": "n/a"}
     cpu_run = {"benchmark": "train", "epochs": 15, "train_samples": 60_000,
                "telemetry": {**results.unmeasured(machine.CPU_REASON),
                              "cpu_util_percent_mean": 196.4}}
-    cells = telemetry_text().energy_cells(cpu_run)
-    assert cells["joules_per_epoch"] == "n/a" and cells["gpu_busy"] == "n/a"
-    assert cells["cpu_joules_per_epoch"] == "n/a (no RAPL on this machine)"
-    assert cells["cpu_util"] == "196 %"
+    found = cells(cpu_run)
+    assert found["GPU energy per steady epoch"] == "n/a" and found["GPU busy"] == "n/a"
+    assert found["CPU energy per epoch"] == "n/a (no RAPL on this machine)"
+    assert found["CPU use (one core = 100 %)"] == "196 %"
     with_rapl = {**cpu_run, "telemetry": {**cpu_run["telemetry"], "cpu_energy_joules": 9000.0}}
-    cells = telemetry_text().energy_cells(with_rapl)
-    assert cells["cpu_joules_per_epoch"] == "600 J" and cells["cpu_images_per_joule"] == "100"
+    found = cells(with_rapl)
+    assert found["CPU energy per epoch"] == "600 J" and found["images per joule (CPU)"] == "100"
 
 
 def test_telemetry_loads_no_ml_framework():

@@ -1,25 +1,17 @@
-"""Speed_Factors (tools tier): the book's setting and variants that change one factor each, then
-their fastest values combined. `rules`: the factors and the numbers read from records (no
-framework); `trainer` and `measure`: the training and the records (`run`); `<backend>_feeds`: the
-training set kept on the device (`feeds()`). The report shows them (`gpubench.report.factors`)."""
+"""Speed_Factors (tools tier): `rules`, the factors and the numbers read from records (no
+framework); `trainer` and `measure` (`run`), the training and its records; imported when used."""
 
-from gpubench.factors.measure import best_settings, devices_to_measure, matmul_peaks, run
-from gpubench.factors.rules import (
-    ALWAYS_COMPILED,
-    BASELINE,
-    FACTOR_NAMES,
-    LIST_PARAMS,
-    XLA_NOTE,
-    Variant,
-    chapter_values,
-    crossover_batch_size,
-    effects,
-    feeds,
-    for_backend,
-    is_factor_record,
-    percent_of_matmul_peak,
-    round_rates,
-    variants,
-    verdict,
-)
-from gpubench.factors.trainer import Trainer
+import importlib
+
+RULES = ("ALWAYS_COMPILED", "COMPUTE_DTYPE", "FACTOR_NAMES", "chapter_values",
+         "crossover_batch_size", "effects", "for_backend", "is_factor_record",
+         "percent_of_matmul_peak", "round_rates", "variants")
+MEASURING = ("Trainer", "best_settings", "devices_to_measure", "run")
+
+
+def __getattr__(name: str):
+    """A name of RULES or of MEASURING (which loads the telemetry), from its module."""
+    if name not in RULES + MEASURING:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{'rules' if name in RULES else 'measure'}")
+    return getattr(module, name)

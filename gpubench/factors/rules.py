@@ -1,16 +1,12 @@
-"""Speed_Factors' rules and numbers (no framework): the factors and the book's baseline, the
-variants, what a backend runs, and what the chapter and the report read from the records: the
-fastest steady round per sample against the baseline's, with the median beside it, and the range
-of the per-round ratios (paired by interleaving); a range that includes 1.0 is "no clear effect".
-"""
+"""Speed_Factors' rules (no framework): the factors, variants, what a backend runs; from records,
+the fastest steady round against the baseline's, the median's, the range of per-round ratios."""
 
 from __future__ import annotations
 
-import importlib
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from types import ModuleType
 
 from gpubench import backends, params, timing
 from gpubench.results import peak_gflops
@@ -18,21 +14,23 @@ from gpubench.results import peak_gflops
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
 FACTOR_NAMES = ("baseline", *FACTORS, "combined")
 # Notebook parameter -> the factor whose values it lists.
-LIST_PARAMS = {"batch_sizes": "batch_size", "precisions": "precision", "xla_modes": "xla",
-               "steps_per_execution": "steps_per_execution", "input_pipelines": "input_pipeline"}
+LIST_PARAMS = dict(zip(("batch_sizes", "precisions", "xla_modes", "steps_per_execution",
+                        "input_pipelines"), FACTORS, strict=True))
 # A dtype policy's compute dtype: the matmul dtype its speed is compared with.
 COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 ALWAYS_COMPILED = ("jax",)  # XLA is no factor there
 ONE_STEP_PER_CALL = ("torch",)  # Keras's trainer runs one step per call: no steps/exec factor
 XLA_NOTE = ("XLA: always on with JAX (JAX compiles every training step), so it is not a factor "
-            "here: xla_modes {modes} run as one compiled baseline, and no XLA variant.")
-STEPS_NOTE = ("steps per execution: Keras's {backend} trainer runs one step per call "
+            "here: xla_modes {values} run as one compiled baseline, and no XLA variant.")
+STEPS_NOTE = ("steps per execution: Keras's {title} trainer runs one step per call "
               "(steps_per_execution must be 1), so it is not a factor here: values {values} "
               "not measured.")
 NO_TF_DATA = ("tf.data: not measured: TensorFlow cannot be imported in this {backend} env "
               "(`pip install tensorflow-cpu` into this env to add it).")
 PARTS = {"batch_size": "batch {}", "precision": "{}", "xla": "XLA {}",
          "steps_per_execution": "steps/exec {}", "input_pipeline": "{}"}
+ROW_FIELDS = ("env", "device", "factor", "status", "steps_measured", "samples_per_second",
+              "test_accuracy", "achieved_gflops")  # what an `effects` row copies from its record
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,12 @@ class Variant:
     @property
     def label(self) -> str:
         """A short name for tables and charts: "batch 1024", "XLA on", "combined (...)"."""
-        return label(self.factor, self.settings())
+        if self.factor in FACTORS:
+            return PARTS[self.factor].format(getattr(self, self.factor))
+        changed = [PARTS[name].format(value) for name, value in self.settings().items()
+                   if value != getattr(BASELINE, name)]
+        return "baseline (book)" if self.factor == "baseline" else (
+            "combined (" + (", ".join(changed) or "= baseline") + ")")
 
     def settings(self) -> dict:
         """The five factor values."""
@@ -57,17 +60,6 @@ class Variant:
 
 
 BASELINE = Variant("baseline")
-
-
-def label(factor: str, settings: dict) -> str:
-    """The name of the variant that varies `factor`, with these factor values."""
-    if factor == "baseline":
-        return "baseline (book)"
-    if factor != "combined":
-        return PARTS[factor].format(settings[factor])
-    changed = [PARTS[name].format(settings[name]) for name in FACTORS
-               if settings[name] != getattr(BASELINE, name)]
-    return "combined (" + (", ".join(changed) or "= baseline") + ")"
 
 
 def variants(values: dict[str, Sequence]) -> list[Variant]:
@@ -80,41 +72,30 @@ def variants(values: dict[str, Sequence]) -> list[Variant]:
 def for_backend(values: dict[str, Sequence], backend: str | None = None,
                 tf_data: bool | None = None, *, drop_tf_data: bool = False
                 ) -> tuple[dict[str, list], list[str]]:
-    """The factor values `backend` (None: Keras's here) can run, and notes on what it left out: XLA
-    on JAX (always compiled), steps_per_execution other than 1 on PyTorch, "tf.data" where
-    TensorFlow cannot be imported (`tf_data` False) if `drop_tf_data`, else refused."""
+    """The factor values `backend` (None: Keras's) runs, and notes on what it left out; "tf.data"
+    where TensorFlow cannot be imported (`tf_data` False) is refused unless `drop_tf_data`."""
     if backend is None:
         backend, tf_data = backends.current().NAME, backends.current().tensorflow_importable()
-    checked = {factor: list(found) for factor, found in values.items()}
-    notes = []
-    if backend in ALWAYS_COMPILED and checked.get("xla"):
-        notes.append(XLA_NOTE.format(modes=checked["xla"]))
-        checked["xla"] = []
-    steps = checked.get("steps_per_execution") or []
-    if backend in ONE_STEP_PER_CALL and (more := [v for v in steps if v != 1]):
-        notes.append(STEPS_NOTE.format(backend=backends.backend_title(backend), values=more))
-        checked["steps_per_execution"] = [v for v in steps if v == 1]
-    pipelines = checked.get("input_pipeline") or []
-    if "tf.data" in pipelines and not tf_data:
-        if not drop_tf_data:
-            params.check_for_backend("Speed_Factors", {"input_pipelines": pipelines}, backend,
-                                     tensorflow_importable=False)
-        checked["input_pipeline"] = [p for p in pipelines if p != "tf.data"]
-        notes.append(NO_TF_DATA.format(backend=backend))
+    asked = {"input_pipelines": list(values.get("input_pipeline", ()))}
+    if not drop_tf_data:
+        params.check_for_backend("Speed_Factors", asked, backend, bool(tf_data))
+    drops = {"xla": (lambda v: backend in ALWAYS_COMPILED, XLA_NOTE),
+             "steps_per_execution": (lambda v: backend in ONE_STEP_PER_CALL and v != 1, STEPS_NOTE),
+             "input_pipeline": (lambda v: v == "tf.data" and not tf_data, NO_TF_DATA)}
+    checked, notes = {factor: list(found) for factor, found in values.items()}, []
+    for factor, (drop, note) in drops.items():
+        if left_out := [v for v in checked.get(factor, []) if drop(v)]:
+            checked[factor] = [v for v in checked[factor] if not drop(v)]
+            notes.append(note.format(values=left_out, backend=backend,
+                                     title=backends.backend_title(backend)))
     return checked, notes
 
 
 def chapter_values(checked: dict) -> tuple[dict[str, list], list[str]]:
-    """`for_backend` of the chapter's checked parameters; tf.data where TensorFlow is absent is
-    dropped from the default input_pipelines list, and refused from one given by hand."""
+    """`for_backend` of the chapter's parameters: tf.data dropped from the default list only."""
     default = params.DEFAULTS["full"]["Speed_Factors"]["input_pipelines"]
     return for_backend({factor: list(checked[name]) for name, factor in LIST_PARAMS.items()},
                        drop_tf_data=list(checked["input_pipelines"]) == list(default))
-
-
-def feeds() -> ModuleType:
-    """The input feeds of the backend Keras runs on (gpubench.factors.<backend>_feeds)."""
-    return importlib.import_module(f"gpubench.factors.{backends.current().NAME}_feeds")
 
 
 def steady_rates(seconds: Sequence[float], samples: float) -> list[float]:
@@ -133,9 +114,7 @@ def round_rates(record: dict) -> list[float]:
 
 def verdict(low: float, high: float) -> str:
     """"faster" / "slower", or "no clear effect" when the interval [low, high] includes 1.0."""
-    if low <= 1.0 <= high:
-        return "no clear effect"
-    return "faster" if low > 1.0 else "slower"
+    return "no clear effect" if low <= 1.0 <= high else "faster" if low > 1.0 else "slower"
 
 
 def compare(baseline_rates: Sequence[float], rates: Sequence[float]) -> dict:
@@ -157,14 +136,12 @@ def is_factor_record(record: dict) -> bool:
 
 
 def effects(records: Sequence[dict]) -> list[dict]:
-    """Each Speed_Factors record against the baseline of its env and device, in record order;
-    `paired_baseline`: against its own baseline rounds (`paired_baseline_seconds`, the
-    combination's), not the baseline row's; `baseline_samples_per_second`: the rate divided by."""
-    rows = []
-    factor_records = [r for r in records if is_factor_record(r)]
-    baselines = {(r["env"], r["device"]): r for r in factor_records
+    """Each Speed_Factors record against its env and device's baseline (or its paired rounds)."""
+    mine = [r for r in records if is_factor_record(r)]
+    baselines = {(r["env"], r["device"]): r for r in mine
                  if r["factor"] == "baseline" and r["status"] == "ok"}
-    for record in factor_records:
+    rows = []
+    for record in mine:
         base = baselines.get((record["env"], record["device"]))
         ok = record["status"] == "ok" and base is not None
         paired = ok and bool(record.get("paired_baseline_seconds"))
@@ -173,40 +150,26 @@ def effects(records: Sequence[dict]) -> list[dict]:
         row = compare(base_rates, round_rates(record) if ok else [])
         xla = (BASELINE.xla if record.get("backend") in ALWAYS_COMPILED  # no factor there
                else "on" if record.get("jit_compile") else "off")
-        name = label(record["factor"], {k: record.get(k) for k in FACTORS} | {"xla": xla})
-        rows.append({
-            "env": record["env"], "device": record["device"], "factor": record["factor"],
-            "label": name, "value": name, **row, "paired_baseline": paired,
-            "baseline_samples_per_second": max(base_rates, default=None),
-            "clear": row["verdict"] in ("faster", "slower"), "status": record["status"],
-            "time_boxed": bool(record.get("time_boxed")),
-            "steps_measured": record.get("steps_measured"),
-            "samples_per_second": record.get("samples_per_second"),
-            "test_accuracy": record.get("test_accuracy"),
-            "achieved_gflops": record.get("achieved_gflops"), "record": record,
-        })
+        variant = Variant(record["factor"], **{k: record.get(k) for k in FACTORS} | {"xla": xla})
+        rows.append({k: record.get(k) for k in ROW_FIELDS} | row | {
+            "label": variant.label, "value": variant.label,
+            "clear": row["verdict"] in ("faster", "slower"),
+            "time_boxed": bool(record.get("time_boxed")), "record": record})
     return rows
 
 
 def crossover_batch_size(records: Sequence[dict]) -> int | None:
-    """The smallest batch size (baseline and batch-size variants) at which a GPU trains faster
-    than the CPU of the same env, or None."""
-    rates: dict[tuple[str, str], dict[int, float]] = {}
-    for r in records:
-        if (is_factor_record(r) and r["status"] == "ok" and r.get("samples_per_second")
-                and r["factor"] in ("baseline", "batch_size")):
-            rates.setdefault((r["env"], r["device"]), {})[r["batch_size"]] = r["samples_per_second"]
-    found = []
-    for (env, device), gpu in rates.items():
-        cpu = rates.get((env, "cpu"))
-        if device != "cpu" and cpu:
-            found += [size for size in sorted(set(gpu) & set(cpu)) if gpu[size] > cpu[size]][:1]
-    return min(found, default=None)
+    """The smallest batch size at which a GPU trains faster than its env's CPU, or None."""
+    rates = {(r["env"], r["device"], r["batch_size"]): r["samples_per_second"] for r in records
+             if is_factor_record(r) and r["status"] == "ok" and r.get("samples_per_second")
+             and r["factor"] in ("baseline", "batch_size")}
+    faster = [size for (env, device, size), rate in rates.items()
+              if device != "cpu" and rate > rates.get((env, "cpu", size), math.inf)]
+    return min(faster, default=None)
 
 
 def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | None:
-    """A train record's achieved GFLOP/s as % of its env and device's matmul peak-probe record
-    (`results.peak_gflops`) at its compute dtype; None without one."""
+    """A train record's GFLOP/s as % of its env and device's matmul peak at its compute dtype."""
     dtype = COMPUTE_DTYPE.get(record.get("precision") or "float32")
     peak = peak_gflops(list(records), record["env"], record["device"], dtype or "")
     if not peak or not record.get("achieved_gflops"):

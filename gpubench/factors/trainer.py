@@ -1,12 +1,11 @@
-"""One Speed_Factors variant on one device (`Trainer`): its model and feed, warm-up probes, time
-box, timed rounds and busy region; and the stepping of the on-device feeds (`feed_steps`). A busy
-region exists because NVML's busy % is the share of its last period (1/6 s to 1 s) in which a
-kernel ran: a round shorter than that says nothing of itself.
-"""
+"""One Speed_Factors variant on one device (`Trainer`): its model and feed (arrays, tf.data, or
+the set kept on the device, per backend), probes, time box, rounds and busy region (NVML's busy %
+is the share of its last 1/6 s to 1 s with a kernel running: a shorter round says nothing)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpubench import backends, devices, results, telemetry, timing
-from gpubench.factors.rules import Variant, feeds, steady_rates
+from gpubench.factors.rules import Variant, steady_rates
 
 BOX_FACTOR = 8.0  # a probe projecting an epoch over this x the baseline's boxes the variant
 PROBE_SECONDS = 0.3  # probes grow until one lasts this long (or covers an epoch)
@@ -24,8 +23,7 @@ BUSY_REGION_SECONDS = 2.0  # two of those periods, 20 samples: rounds shorter ge
 
 @dataclass
 class Trainer:
-    """One variant on one device: its model, its feed (a tf.data dataset or on-device steps) and
-    its rounds so far."""
+    """One variant on one device: its model, its feed and its rounds so far."""
 
     variant: Variant
     device: str
@@ -38,7 +36,6 @@ class Trainer:
     boxed_steps: int | None = None
     round_seconds: list = field(default_factory=list)
     round_telemetry: list = field(default_factory=list)
-    steps_done: int = 0
     status: str = "ok"
     error: str | None = None
     paired_baseline_seconds: list | None = None
@@ -47,80 +44,57 @@ class Trainer:
     test_accuracy: float | None = None
 
     @classmethod
-    def build(cls, variant: Variant, model_name: str, device: str, split,
-              learning_rate: float | None = None) -> Trainer:
-        """The variant's model, compiled, and its feed, on `device`."""
+    def prepared(cls, variant: Variant, model_name: str, device: str, split) -> Trainer:
+        """Its model compiled, its feed on `device`, probed; or failed, saying why (an OOM)."""
         from gpubench import training  # noqa: PLC0415 - loads Keras
 
-        with devices.scope(device):
-            model = training.build_model(model_name, device, precision=variant.precision,
-                                         learning_rate=learning_rate, xla=variant.xla,
-                                         steps_per_execution=variant.steps_per_execution)
-            trainer = cls(variant, device, model, split.x_train, split.y_train,
-                          steps_per_epoch=math.ceil(len(split.x_train) / variant.batch_size))
-            if variant.input_pipeline == "tf.data":
-                trainer.feed = tf_dataset(split.x_train, split.y_train, variant.batch_size)
-            elif variant.input_pipeline == "on_device":
-                # One fit step builds the optimizer and the metrics before the compiled loop runs.
-                n = min(len(split.x_train), variant.batch_size)
-                model.fit(split.x_train[:n], split.y_train[:n], batch_size=n, epochs=1, verbose=0)
-                trainer.feed = feeds().on_device_feed(
-                    model, split.x_train, split.y_train, variant.batch_size,
-                    variant.steps_per_execution, bool(getattr(model, "jit_compile", False)),
-                    device)
-        return trainer
-
-    @classmethod
-    def prepared(cls, variant: Variant, model_name: str, device: str, split,
-                 learning_rate: float | None = None) -> Trainer:
-        """A built and probed trainer, or a failed one that says why (an OOM at batch 4096)."""
+        x, y, batch = split.x_train, split.y_train, variant.batch_size
+        trainer = cls(variant, device, None, x, y, steps_per_epoch=math.ceil(len(x) / batch))
         try:
-            trainer = cls.build(variant, model_name, device, split, learning_rate)
+            with devices.scope(device):
+                trainer.model = model = training.build_model(
+                    model_name, device, precision=variant.precision, xla=variant.xla,
+                    steps_per_execution=variant.steps_per_execution)
+                if variant.input_pipeline == "tf.data":
+                    trainer.feed = tf_dataset(x, y, batch)
+                elif variant.input_pipeline == "on_device":
+                    trainer.feed = on_device_feed(model, x, y, batch, variant.steps_per_execution,
+                                                  device)
             trainer.probe()
         except Exception as exc:  # noqa: BLE001 - recorded as the variant's status
-            trainer = cls(variant, device)
-            trainer.fail(exc)
+            trainer.model = trainer.feed = None  # its memory let go
+            trainer.status, trainer.error = backends.failure(exc)
         return trainer
 
-    def fail(self, exc: BaseException) -> None:
-        """Mark this variant failed ("oom" or "error"); the other variants go on."""
-        self.status, self.error = backends.failure(exc)
-
     def timed(self, steps: int | None, *, monitor: bool = False) -> float:
-        """Seconds of `steps` steps (None: an epoch) up to a sync (with `fit`: its epoch's, not its
-        set-up); with `monitor`, the round's telemetry goes to `round_telemetry`."""
+        """Seconds of `steps` steps (None: an epoch) to a sync; `monitor`: to `round_telemetry`."""
+        clock = timing.epoch_timer(self.device if monitor else None)
         if self.variant.input_pipeline != "on_device":
-            clock = timing.epoch_timer(self.device if monitor else None)
-            self.fit(steps, clock)
-            self.round_telemetry += clock.epoch_telemetry
-            return clock.epoch_seconds[0]
-        watch = timing.monitor(self.device).start() if monitor else None
-        start = time.perf_counter()
-        self.feed(steps)
-        timing.sync(list(self.model.variables))
-        seconds = time.perf_counter() - start
-        if watch is not None:
-            self.round_telemetry.append(watch.stop())
-        return seconds
+            self.fit(steps, clock)  # its epoch, not fit's set-up
+        else:  # the epoch timer's own calls, around the feed's steps
+            clock.set_model(self.model)
+            clock.on_epoch_begin(0)
+            self.feed(steps)
+            clock.on_epoch_end(0)
+        self.round_telemetry += clock.epoch_telemetry
+        return clock.epoch_seconds[0]
 
     def fit(self, steps: int | None, callback, epochs: int = 1) -> None:
         """`fit` for `epochs` rounds of `steps` steps (None: an epoch) on the variant's feed."""
         if self.variant.input_pipeline == "tf.data":  # the dataset shuffles
-            self.model.fit(self.feed if steps is None else self.feed.take(steps), epochs=epochs,
-                           verbose=0, shuffle=False, callbacks=[callback])
+            data = dict(x=self.feed if steps is None else self.feed.take(steps), shuffle=False)
         else:
             n = len(self.x) if steps is None else min(len(self.x), steps * self.variant.batch_size)
-            self.model.fit(self.x[:n], self.y[:n], batch_size=self.variant.batch_size,
-                           epochs=epochs, verbose=0, callbacks=[callback])
+            data = dict(x=self.x[:n], y=self.y[:n], batch_size=self.variant.batch_size)
+        self.model.fit(**data, epochs=epochs, verbose=0, callbacks=[callback])
 
     def probe(self) -> None:
         """Compile, then time growing step counts until one lasts PROBE_SECONDS (or an epoch); a
         step's cost: the last two probes' difference over theirs in steps (the lower of two)."""
-        spe = self.variant.steps_per_execution
+        steps = self.variant.steps_per_execution
         with devices.scope(self.device):
-            self.timed(spe)  # tracing and compilation
-            steps, seconds = spe, self.timed(spe)
-            previous = None
+            self.timed(steps)  # tracing and compilation
+            seconds, previous = self.timed(steps), None
             while seconds < PROBE_SECONDS and steps < self.steps_per_epoch:
                 previous = (steps, seconds)
                 steps = min(self.steps_per_epoch, steps * 4)
@@ -131,11 +105,9 @@ class Trainer:
         self.probe_step_seconds = min(self.probe_step_seconds, per_step)
 
     def decide_box(self, baseline_epoch: float) -> None:
-        """Box the steps of a round to about `baseline_epoch` if two probes (one may meet a busy
-        machine) project an epoch over BOX_FACTOR x it; its accuracy is then not measured."""
-        if self.projected_epoch() <= BOX_FACTOR * baseline_epoch:
-            return
-        self.probe()
+        """Box a round's steps to about `baseline_epoch` if two probes project BOX_FACTOR x it."""
+        if self.projected_epoch() > BOX_FACTOR * baseline_epoch:
+            self.probe()  # the first probe may have met a busy machine
         if self.projected_epoch() <= BOX_FACTOR * baseline_epoch:
             return
         spe = self.variant.steps_per_execution
@@ -145,46 +117,39 @@ class Trainer:
     def measure_busy_region(self, least: float = BUSY_REGION_SECONDS,
                             lead: float = NVML_WINDOW_SECONDS,
                             clock: Callable[[], float] = time.perf_counter) -> dict:
-        """The telemetry of this variant's round repeated with no pause (one `fit` call, or the
-        on-device loop), a sync after each, monitored over whole rounds lasting `least` s once
-        `lead` s of them have run; it stops early, its `seconds` saying so, only after four times
-        the rounds its steady pace needs. It trains the model further: run it after `evaluate`."""
-        monitor = telemetry.Monitor(self.device, clock=clock)
-        region = {"began": None, "watching": False, "result": None}
-        pace = max(min(timing.steady(self.round_seconds) or [1.0]), 1e-3)
+        """Telemetry of its rounds back to back (a sync each) over `least` s of whole rounds after
+        a `lead` s lead-in, or fewer (`seconds` says) after 4x the rounds its pace needs."""
+        pace = max(min(timing.steady(self.round_seconds) or [1.0]), 1e-3)  # s a steady round
+        monitor, region = telemetry.Monitor(self.device, clock=clock), {}
         rounds = math.ceil(4 * (least + lead) / pace) + 2
 
         def began(*_: Any) -> None:  # the lead-in starts with the first round, not fit's set-up
-            region["began"] = clock() if region["began"] is None else region["began"]
+            region.setdefault("began", clock())
 
-        def ended() -> bool:  # after a synced round: whether the region is complete
+        def ended(*_: Any) -> bool:  # after a round: synced, whether the region is complete
+            timing.sync(list(self.model.variables))
             now = clock()
-            if not region["watching"] and now - region["began"] >= lead:
+            if "watched" not in region and now - region["began"] >= lead:
                 monitor.start()
-                region.update(watching=True, began=now)
-            elif region["watching"] and now - region["began"] >= least:
-                region["result"] = region["result"] or monitor.stop()
-            return region["result"] is not None
-
-        def epoch_end(*_: Any) -> None:
-            timing.sync(list(callback.model.variables))
-            callback.model.stop_training = ended()
+                region["watched"] = now
+            elif "watched" in region and now - region["watched"] >= least:
+                region["result"] = monitor.stop()
+            self.model.stop_training = "result" in region  # fit stops after this round
+            return self.model.stop_training
 
         try:
             with devices.scope(self.device):
                 if self.variant.input_pipeline != "on_device":
-                    callback = backends.keras().callbacks.LambdaCallback(
-                        on_epoch_begin=began, on_epoch_end=epoch_end)
-                    self.fit(self.boxed_steps, callback, epochs=rounds)
+                    self.fit(self.boxed_steps, backends.keras().callbacks.LambdaCallback(
+                        on_epoch_begin=began, on_epoch_end=ended), epochs=rounds)
                 for _ in range(rounds if self.variant.input_pipeline == "on_device" else 0):
                     began()
                     self.feed(self.boxed_steps)
-                    timing.sync(list(self.model.variables))
                     if ended():
                         break
         finally:
-            if region["result"] is None:  # the rounds ran out first
-                region["result"] = monitor.stop() if region["watching"] else results.unmeasured(
+            if "result" not in region:  # the rounds ran out first
+                region["result"] = monitor.stop() if "watched" in region else results.unmeasured(
                     f"the busy region ended within its {lead:g} s lead-in")
         return region["result"]
 
@@ -208,8 +173,7 @@ class Trainer:
 
 
 def tf_dataset(x, y, batch_size: int):
-    """A tf.data.Dataset of (x, y) batches, reshuffled and prefetched; beside JAX or PyTorch,
-    TensorFlow is kept off their GPUs."""
+    """A tf.data.Dataset of (x, y) batches, reshuffled, prefetched, kept off JAX's/torch's GPUs."""
     from gpubench.backends.tensorflow import tf  # noqa: PLC0415 - only for tf.data
 
     module = tf()
@@ -220,23 +184,108 @@ def tf_dataset(x, y, batch_size: int):
             .prefetch(module.data.AUTOTUNE))
 
 
-def feed_steps(count: int | None, n: int, batch_size: int, per_call: int,
-               run: Callable[[int, int], None], run_rest: Callable[[], None]) -> None:
-    """Drive an on-device feed of `n` shuffled samples: `run(first, size)` trains `size` (up to
-    `per_call`) batches from batch `first` in one call, `run_rest()` the last, partial batch.
-    None: one epoch, every full batch then the rest; `count`: that many steps over the full
-    batches, wrapping at their end (a batch larger than the set: the whole set each step)."""
-    full, rest = divmod(n, batch_size)
-    if count is None:
-        for first in range(0, full, per_call):
-            run(first, min(per_call, full - first))
-        if rest:
-            run_rest()
-        return
-    for _ in range(count if not full else 0):  # a batch larger than the set: all of it
-        run_rest()
-    done = 0
-    while full and done < count:
-        size = min(per_call, count - done, full - done % full)
-        run(done % full, size)
-        done += size
+def on_device_feed(model, x, y, batch_size: int, per_call: int,
+                   device: str) -> Callable[[int | None], None]:
+    """`steps(count)`: train `count` steps (None: an epoch, reshuffled) on the set put on `device`
+    once, batches gathered there by a permutation made there, up to `per_call` steps a call."""
+    n = min(len(x), batch_size)  # one fit step builds the optimizer and metrics first
+    model.fit(x[:n], y[:n], batch_size=n, epochs=1, verbose=0)
+    backend = backends.current()
+    make = {"tensorflow": _tensorflow_feed, "jax": _jax_feed, "torch": _torch_feed}[backend.NAME]
+    with backend.scope(device):
+        shuffle, run, around = make(backend, model, x, y, per_call, device)
+    full, rest = divmod(len(x), batch_size)
+
+    def steps(count: int | None) -> None:
+        with backend.scope(device), around():
+            if count is None:  # an epoch: every full batch, then the rest
+                shuffle()
+            done, total = 0, full if count is None else count
+            while full and done < total:  # `count` wraps at the last full batch
+                size = min(per_call, total - done, full - done % full)
+                run(done % full * batch_size, size, batch_size)
+                done += size
+            for _ in range(int(rest > 0) if count is None else 0 if full else count):
+                run(full * batch_size, 1, rest)  # with no full batch: the whole set each step
+
+    return steps
+
+
+# A feed: shuffle(), run(start, count, size) (`count` batches of the permutation from `start`), a
+# context around each call of `steps`; each step as the backend's `fit` runs it.
+def _tensorflow_feed(backend, model, x, y, per_call, device):  # steps looped in one tf.function
+    tf, n = backend.tf(), len(x)
+    x_dev, y_dev = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+    perm = tf.Variable(tf.range(n, dtype=tf.int32), trainable=False)
+    one_step = tf.function(lambda xb, yb: model.train_step((xb, yb)),
+                           jit_compile=bool(model.jit_compile))
+
+    @tf.function
+    def run(start, count, size: int):
+        for j in tf.range(count):
+            idx = tf.slice(perm, [start + j * size], [size])
+            one_step(tf.gather(x_dev, idx), tf.gather(y_dev, idx))
+
+    return (lambda: perm.assign(tf.random.shuffle(tf.range(n, dtype=tf.int32))),
+            lambda start, count, size: run(tf.constant(start), tf.constant(count), size),
+            contextlib.nullcontext)
+
+
+def _jax_feed(backend, model, x, y, per_call, device):  # Keras's stateless step, in a fori_loop
+    jax, target, n = backend.jax(), backend.device(device), len(x)
+    jnp, lax = jax.numpy, jax.lax
+    x_dev, y_dev = jax.device_put(x, target), jax.device_put(y, target)
+    owners = (model.trainable_variables, model.non_trainable_variables,
+              model.optimizer.variables, model.metrics_variables)
+    identity = jax.device_put(jnp.arange(n, dtype=jnp.int32), target)
+    now = {"key": jax.device_put(jax.random.key(0), target), "perm": identity}
+
+    @functools.partial(jax.jit, donate_argnums=0, static_argnums=4)
+    def run(state, perm, start, count, size: int):
+        def step(j, carried):
+            idx = lax.dynamic_slice(perm, (start + j * size,), (size,))
+            batch = (jnp.take(x_dev, idx, axis=0), jnp.take(y_dev, idx, axis=0))
+            return model.train_step(carried, batch)[1]
+
+        return lax.fori_loop(0, count, step, state)
+
+    def shuffle() -> None:
+        now["key"], sub = jax.random.split(now["key"])
+        now["perm"] = jax.random.permutation(sub, identity)
+
+    def advance(start: int, count: int, size: int) -> None:
+        now["state"] = run(now["state"], now["perm"], start, count, size)
+
+    @contextlib.contextmanager
+    def state():  # Keras's JAX state, carried as `fit` does, then written back to the variables
+        now["state"] = jax.device_put(tuple([v.value for v in vs] for vs in owners), target)
+        try:
+            yield
+        finally:
+            for variables, values in zip(owners, now["state"], strict=True):
+                for variable, value in zip(variables, values, strict=True):
+                    variable.assign(value)
+
+    shuffle()  # compiled now, not in the first epoch
+    return shuffle, advance, state
+
+
+def _torch_feed(backend, model, x, y, per_call, device):  # one step a call, as Keras's trainer
+    if per_call != 1:
+        raise ValueError(f"steps_per_execution={per_call}: Keras's PyTorch trainer runs one step "
+                         "per call; use steps_per_execution=1 on PyTorch")
+    torch, n = backend.torch(), len(x)
+    target = torch.device("cuda:" + device.partition(":")[2] if device.startswith("gpu") else "cpu")
+    x_dev, y_dev = torch.as_tensor(x, device=target), torch.as_tensor(y, device=target)
+    step = torch.compile(model.train_step) if model.jit_compile else model.train_step
+    perm = [torch.arange(n, device=target)]
+
+    def run(start: int, count: int, size: int) -> None:
+        for first in range(start, start + count * size, size):
+            idx = perm[0][first:first + size]
+            step((x_dev[idx], y_dev[idx]))
+
+    def shuffle() -> None:
+        perm[0] = torch.randperm(n, device=target)
+
+    return shuffle, run, contextlib.nullcontext

@@ -16,8 +16,7 @@ from gpubench import machine
 from gpubench.results import TELEMETRY_FIELDS, unmeasured
 from gpubench.telemetry import nvml
 
-# NVML averages busy % and power over 1/6 s to 1 s: faster adds little. A sample: 14 us (H200).
-DEFAULT_INTERVAL = 0.1
+DEFAULT_INTERVAL = 0.1  # NVML averages busy % and power over 1/6 s to 1 s; a sample: 14 us (H200)
 MIN_AVERAGED_SECONDS = 0.5  # NVML's busy % and energy of a shorter region say nothing of it
 THROTTLE_SHARE = 0.75  # a region whose SM clock fell below this share of its top is throttled
 # Readings NVML cannot truthfully give: (least, most) in NVML's units, and the figure in words.
@@ -37,9 +36,8 @@ def plausible(name: str, value: Any) -> str | None:
 
 
 class Monitor:
-    """`with Monitor("gpu:0") as m: ...`: `.result` is the region's `telemetry` object; `device`
-    "cpu" or "gpu:N"; `nvml`, `clock`, `cpu_clock` stand in for pynvml, perf_counter and
-    process_time in tests."""
+    """`with Monitor("gpu:0") as m: ...`: `.result` is the region's `telemetry` object; `nvml`,
+    `clock`, `cpu_clock` stand in for pynvml, perf_counter and process_time in tests."""
 
     def __init__(self, device: str, interval: float = DEFAULT_INTERVAL, *, nvml: Any = None,
                  clock: Callable[[], float] = time.perf_counter,
@@ -48,15 +46,13 @@ class Monitor:
         if not match and device != "cpu":
             raise ValueError(f"telemetry device {device!r} is not \"cpu\" or \"gpu:N\"; "
                              "pass the canonical name from gpubench.devices.resolve")
-        self.index = int(match[1]) if match else None
-        if (isinstance(interval, bool) or not isinstance(interval, (int, float))
-                or not math.isfinite(interval) or interval <= 0):
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not (
+                0 < interval < math.inf):
             raise ValueError(f"telemetry interval {interval!r} must be a positive number of "
                              f"seconds, e.g. {DEFAULT_INTERVAL}")
-        self.device, self.interval, self.result = device, float(interval), None
-        self._module, self._clock, self._cpu_clock = nvml, clock, cpu_clock
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self.device, self.index = device, int(match[1]) if match else None
+        self.interval, self.result, self.source = float(interval), None, None
+        self._module, self._clock, self._cpu_clock, self._thread = nvml, clock, cpu_clock, None
         self._rows: list[tuple] = []
 
     def __enter__(self) -> Monitor:
@@ -74,51 +70,43 @@ class Monitor:
         """Start the sampler thread; it finds the GPU (waited for at most WAIT_S), then samples."""
         if self._thread is not None:
             raise RuntimeError("Monitor.start: it is already running; call stop() first")
-        self.result, self.source, self._reason, self._failure = None, None, None, None
-        self._rows, self._readers, self._first, self._dropped = [], {}, {}, {}
-        self._abandoned = self._closed = False  # NVML given up on; stop() has summed up
-        self._stop, self._ready, self._last = (threading.Event() for _ in range(3))
-        self._packages = machine.rapl_packages()
+        self.result = self.source = self._failure = self._reason = None
+        self._rows, self._readers, self._dropped, self._live = [], {}, {}, True
+        self._lock, self._packages = threading.Lock(), machine.rapl_packages()
+        self._stop, self._ready, self._done = (threading.Event() for _ in range(3))
         self._thread = threading.Thread(target=self._run, name="gpubench-telemetry", daemon=True)
-        if self.index is not None and nvml.stuck():
-            self._give_up("an earlier NVML call has not answered yet")
-        self._thread.start()
-        if not self._ready.wait(nvml.WAIT_S) and self._give_up(
-                f"NVML did not answer within {nvml.WAIT_S:g} s at the start"):
+        why = "an earlier NVML call has not answered yet"
+        if self.index is None or not nvml.stuck():
+            self._thread.start()
+            self._ready.wait(nvml.WAIT_S)
+            why = f"NVML did not answer within {nvml.WAIT_S:g} s at the start"
+        with self._lock:
+            if not self._ready.is_set():  # on without GPU figures; the thread's rows not kept
+                self._live = False
+                self._failure = (f"{why}: no GPU figures for this region, and {nvml.LEFT_OPEN} "
+                                 "while a call is stuck")
+                self._rows.append(self._row({}))
+        if not self._live and self._thread.is_alive():
             nvml.give_up(self._thread)
         return self
-
-    def _give_up(self, why: str) -> bool:
-        """Go on without GPU figures (partial: `why`), unless the thread has just found the GPU."""
-        with self._lock:
-            if self._ready.is_set():
-                return False
-            self._abandoned, self._readers, self.source = True, {}, None
-            self._failure = (f"{why}: no GPU figures for this region, and {nvml.LEFT_OPEN} while "
-                             "a call is stuck")
-            self._rows.append(self._row({}))
-            self._ready.set()
-        return True
 
     def stop(self) -> dict:
         """Stop the thread after its last sample (waited for at most WAIT_S); the result."""
         if self._thread is None:
-            if self.result is None:
-                self.result = unmeasured("the Monitor was never started")
+            self.result = self.result or unmeasured("the Monitor was never started")
             return self.result
-        called = self._row({})
+        called, waited, thread = self._row({}), self._live, self._thread
         self._stop.set()
-        if not self._abandoned:
-            self._last.wait(nvml.WAIT_S)
+        if waited:
+            self._done.wait(nvml.WAIT_S)
         with self._lock:
-            self._closed = True
-            if not self._last.is_set():  # the figures so far stay; the region ended here
+            if not self._done.is_set():  # the figures so far stay; the region ended here
                 self._failure = self._failure or (f"an NVML call took over {nvml.WAIT_S:g} s "
                                                   f"({nvml.LEFT_OPEN} while it is stuck)")
                 self._rows.append(called)
-        if not self._last.is_set() and not self._abandoned:
-            nvml.give_up(self._thread)
-        self._thread = None
+            self._live, self._thread = False, None
+        if waited and not self._done.is_set():
+            nvml.give_up(thread)
         try:
             self.result = self._summary()
         except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
@@ -126,41 +114,37 @@ class Monitor:
                            "partial": True}
         return self.result
 
-    def sample(self) -> None:
-        """Take one sample now (the thread does, every interval)."""
-        row = self._row(self._read())
+    def sample(self, last: bool = False) -> None:
+        """Take one sample now (the thread does, every interval; `last`, with energy, at stop)."""
+        row = self._row(self._read(last))
         with self._lock:
-            if not self._closed:
+            if self._live:
                 self._rows.append(row)
+                if last:
+                    self._done.set()
 
-    def _row(self, gpu: dict[str, Any]) -> tuple:
-        """A sample: the clocks, a GPU reading and RAPL's counters."""
+    def _row(self, gpu: dict[str, Any]) -> tuple:  # the clocks, a GPU reading, RAPL's counters
         rapl = machine.read_rapl(self._packages) if self._packages else None
         return self._clock(), self._cpu_clock(), gpu, rapl
 
     def _run(self) -> None:
         """The thread: the GPU and the first sample, one per interval, the last (with energy)."""
         readers, first, reason = {}, {}, machine.CPU_REASON
-        if self.index is not None and not self._abandoned:
+        if self.index is not None:
             try:
                 readers, first, reason = nvml.open_gpu(self._module, self.index)
             except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
                 reason = f"NVML failed at the start: {nvml.error_text(error)}"
         first = self._checked(first)
         with self._lock:
-            if self._abandoned:
+            if not self._live:
                 return
-            self._readers, self._first, self._reason = readers, first, reason
-            self.source = "nvml" if readers else None
+            self._readers, self._reason, self.source = readers, reason, "nvml" if readers else None
             self._rows.append(self._row(first))
             self._ready.set()
         while not self._stop.wait(self.interval):
             self.sample()
-        last = self._row(self._read(last=True))
-        with self._lock:
-            if not self._closed:
-                self._rows.append(last)
-                self._last.set()
+        self.sample(last=True)
 
     def _read(self, last: bool = False) -> dict[str, Any]:
         """One GPU reading (energy only when `last`) of plausible values; {} once NVML failed."""
@@ -170,45 +154,33 @@ class Monitor:
             return self._checked({name: read() for name, read in self._readers.items()
                                   if last or name != "energy"})
         except Exception as error:  # noqa: BLE001  (the GPU went away mid-run)
-            with self._lock:
-                self._failure = (f"NVML failed after {len(self._rows)} samples: "
-                                 f"{nvml.error_text(error)}")
+            self._failure = f"NVML failed after {len(self._rows)} samples: {nvml.error_text(error)}"
             return {}
 
     def _checked(self, values: dict[str, Any]) -> dict[str, Any]:
-        """`values` without the impossible readings (the first of each kept for the reason)."""
+        """`values` without the impossible readings (the first reason for each figure kept)."""
         whys = {name: plausible(name, value) for name, value in values.items()}
-        with self._lock:
-            self._dropped.update({name: why for name, why in whys.items()
-                                  if why and name not in self._dropped})
+        self._dropped |= {n: why for n, why in whys.items() if why and n not in self._dropped}
         return {name: values[name] for name, why in whys.items() if why is None}
 
     def _summary(self) -> dict:
-        """The telemetry object from the samples."""
         with self._lock:
             times, cpu, gpu, rapl = zip(*self._rows, strict=True)
-        seconds = times[-1] - times[0]
-        result = unmeasured(self._reason) | {"interval_s": self.interval, "samples": len(times),
-                                             "seconds": round(seconds, 6), **_cpu_use(times, cpu)}
-        joules = machine.rapl_joules(self._packages, rapl)
-        if joules is not None:
+        seconds, failure = times[-1] - times[0], self._failure
+        result = unmeasured(self._reason if self.source or not failure else failure) | {
+            "interval_s": self.interval, "samples": len(times), "seconds": round(seconds, 6),
+            "partial": failure is not None, **_cpu_use(times, cpu)}
+        if (joules := machine.rapl_joules(self._packages, rapl)) is not None:
             result.update(cpu_energy_joules=round(joules, 3), cpu_energy_method="rapl")
-        if self._abandoned:
-            result.update(partial=True, reason=self._failure)
         if self.source is None:
             return result
-        partial, short = self._failure is not None, seconds < MIN_AVERAGED_SECONDS
-        result.update(source="nvml", partial=partial, **_gpu_figures(gpu, self._first))
-        if "reasons" in self._readers:
-            result["clock_event_reasons"] = sorted({
-                name for row in gpu if "reasons" in row
-                for name in nvml.reason_names(int(row["reasons"]))})
-        if short:  # shorter than NVML's own averaging: its busy % and energy tell of before
+        result.update(source="nvml", **_gpu_figures(gpu))
+        if short := seconds < MIN_AVERAGED_SECONDS:  # NVML's busy % and energy tell of before
             result.update(gpu_util_percent_mean=None, gpu_util_percent_max=None)
-        elif not partial:
+        elif failure is None:
             result.update(self._energy(times, gpu))
-        words = [self._failure + "; the figures cover the region up to then, and its energy is "
-                 "unknown" if partial else result["reason"],
+        words = [failure + "; the figures cover the region up to then, and its energy is unknown"
+                 if failure else result["reason"],
                  self._dropped and "NVML gave impossible readings, dropped: "
                  + "; ".join(self._dropped.values()),
                  short and f"a region of {1000 * seconds:.0f} ms is shorter than NVML's "
@@ -235,18 +207,17 @@ def _mean(values: Sequence[float], digits: int) -> float | None:
     return round(sum(values) / len(values), digits) if values else None
 
 
-def _gpu_figures(gpu: Sequence[dict], first: dict) -> dict:
-    """Busy %, memory, SM clock (its lowest while not idle against the GPU's top: `throttled`)
-    and power; a reading tells of the window before it, so the first counts only for memory."""
-    later = gpu[1:] if len(gpu) > 1 else gpu
+def _gpu_figures(gpu: Sequence[dict]) -> dict:
+    """The GPU figures; `throttled`: the lowest SM clock while not idle against the top one."""
+    later = gpu[1:] if len(gpu) > 1 else gpu  # a reading tells of the window before it
 
-    def series(name: str, rows: Sequence[dict] = later) -> list[float]:
+    def series(name: str, rows: Sequence[dict] = later) -> list:
         return [row[name] for row in rows if name in row]
 
     util, memory, watts = series("util"), series("memory", gpu), series("power")
+    top, reasons = gpu[0].get("max_clock"), series("reasons", gpu)
     busy = [row["clock"] for row in later
             if "clock" in row and not int(row.get("reasons", 0)) & nvml.GPU_IDLE]
-    top = first.get("max_clock")
     return {"gpu_util_percent_mean": _mean(util, 1),
             "gpu_util_percent_max": max(util, default=None),
             "gpu_memory_used_mb_max": round(max(memory) / 2**20, 1) if memory else None,
@@ -254,32 +225,24 @@ def _gpu_figures(gpu: Sequence[dict], first: dict) -> dict:
             "sm_clock_mhz_min": min(busy, default=None),
             "throttled": None if not busy or top is None else min(busy) < THROTTLE_SHARE * top,
             "power_watts_mean": _mean([mw / 1000 for mw in watts], 2),
-            "power_watts_max": round(max(watts) / 1000, 2) if watts else None}
+            "power_watts_max": round(max(watts) / 1000, 2) if watts else None,
+            "clock_event_reasons": sorted({name for mask in reasons
+                                           for name in nvml.reason_names(int(mask))})
+            if reasons else None}
 
 
 def _cpu_use(times: Sequence[float], cpu: Sequence[float]) -> dict:
-    """This process's CPU use in % of one core: over the region, and its busiest interval (of
-    those at least half the longest: the last, cut short by stop, is too short for a peak)."""
+    """This process's CPU use in % of one core: the region's, and its busiest interval's."""
     seconds = times[-1] - times[0]
     if seconds <= 0:
         return {}
     steps = list(itertools.pairwise(zip(times, cpu, strict=True)))
     longest = max(t1 - t0 for (t0, _), (t1, _) in steps)
     rates = [(c1 - c0) / (t1 - t0) * 100 for (t0, c0), (t1, c1) in steps
-             if t1 - t0 >= longest / 2]
+             if t1 - t0 >= longest / 2]  # not the last, cut short by stop: too short for a peak
     mean = (cpu[-1] - cpu[0]) / seconds * 100
     return {"cpu_util_percent_mean": round(mean, 1),
             "cpu_util_percent_max": round(max(rates, default=mean), 1)}
-
-
-def _reason(regions: Sequence[dict]) -> str | None:
-    """A partial region's reason, else the first, saying how many regions it is of where not all
-    have one ("4 of 5 regions: a region of 5 ms is shorter than ...")."""
-    partial = [r["reason"] for r in regions if r.get("partial")]
-    found = [r["reason"] for r in regions if r.get("reason")]
-    if partial or not found or len(found) == len(regions):
-        return (partial or found or [None])[0]
-    return f"{len(found)} of {len(regions)} regions: {found[0]}"
 
 
 def combine(results: Sequence[dict | None]) -> dict:
@@ -287,36 +250,33 @@ def combine(results: Sequence[dict | None]) -> dict:
     regions = [r for r in results if r is not None]
     if not regions:
         return unmeasured("no region was measured")
-
-    def found(field: str) -> list:
-        return [r[field] for r in regions if r.get(field) is not None]
-
-    combined = unmeasured(_reason(regions))
-    for field in TELEMETRY_FIELDS:  # by kind: highest, lowest, total, mean weighted by time
-        values = found(field)
-        if field.endswith(("_max", "_min")):
-            combined[field] = (max if field.endswith("_max") else min)(values, default=None)
+    partial = [r["reason"] for r in regions if r.get("partial")]
+    reasons = [r["reason"] for r in regions if r.get("reason")]
+    if reasons and not partial and len(reasons) < len(regions):
+        reasons[0] = f"{len(reasons)} of {len(regions)} regions: {reasons[0]}"
+    combined = unmeasured((partial or reasons or [None])[0])
+    for field in TELEMETRY_FIELDS[2:]:  # by kind of figure
+        values = [r[field] for r in regions if r.get(field) is not None]
+        if field.endswith(("_max", "_min")) or field in ("partial", "throttled"):  # any: True
+            best = min if field.endswith("_min") else max
+            combined[field] = best(values, default=combined[field])
         elif field.endswith("_joules"):  # never a part-sum
             combined[field] = round(sum(values), 3) if len(values) == len(regions) else None
-        elif field.endswith("_mean"):  # weighted by seconds, else samples, else alike
-            pairs = [(r[field], r.get("seconds") or r.get("samples") or 0) for r in regions
-                     if r.get(field) is not None]
-            total, digits = sum(w for _, w in pairs), 2 if field.startswith("power") else 1
-            combined[field] = (round(sum(v * w for v, w in pairs) / total, digits) if total > 0
-                               else _mean([value for value, _ in pairs], digits))
-    methods, names, throttled = ({r.get("energy_method") for r in regions},
-                                 found("clock_event_reasons"), set(found("throttled")))
-    combined.update(
-        source=regions[0].get("source"), partial=any(found("partial")),
-        interval_s=regions[0].get("interval_s"), samples=sum(found("samples")),
-        seconds=round(sum(found("seconds")), 6),
-        throttled=True in throttled if throttled else None,
-        energy_method=(None if None in methods else
-                       "counter" if methods == {"counter"} else "power_integral"),
-        clock_event_reasons=sorted({n for each in names for n in each}) if names else None,
-        cpu_energy_method=("rapl" if {r.get("cpu_energy_method") for r in regions} == {"rapl"}
-                           else None))
-    return combined
+        elif field.endswith("_mean") and values:  # weighted by seconds, else samples
+            weights = [r.get("seconds") or r.get("samples") or 1 for r in regions
+                       if r.get(field) is not None]
+            combined[field] = round(sum(v * w for v, w in zip(values, weights, strict=True))
+                                    / sum(weights), 2 if field.startswith("power") else 1)
+        elif field in ("samples", "seconds"):
+            combined[field] = round(sum(values), 6)
+        elif field.endswith("_method"):  # the regions' one method, else the weaker, else none
+            methods = {r.get(field) for r in regions}
+            combined[field] = (None if None in methods else methods.pop() if len(methods) == 1
+                               else "power_integral")
+        elif field == "clock_event_reasons" and values:
+            combined[field] = sorted({name for names in values for name in names})
+    return combined | {"source": regions[0].get("source"),
+                       "interval_s": regions[0].get("interval_s")}
 
 
 def epoch_fields(results: Sequence[dict | None]) -> dict:

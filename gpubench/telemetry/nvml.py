@@ -84,8 +84,7 @@ def error_text(error: Exception) -> str:
 
 def resolve_handle(nvml: Any, index: int) -> tuple[Any, str | None, str | None]:
     """(NVML handle of gpu:`index`, failure, caveat): the N-th entry of CUDA_VISIBLE_DEVICES as
-    CUDA reads it (an index, a UUID or its prefix), else NVML index N; asks no framework. An index
-    is right in PCI bus order: for different GPUs in CUDA's default order the caveat says so."""
+    CUDA reads it (an index, a UUID or its prefix), else NVML index N; asks no framework."""
     count = nvml.nvmlDeviceGetCount()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [str(i) for i in range(count)] if visible is None else list(itertools.takewhile(
@@ -99,7 +98,7 @@ def resolve_handle(nvml: Any, index: int) -> tuple[Any, str | None, str | None]:
         if int(entry) >= count:
             return None, (f"gpu:{index} is NVML device {entry} (CUDA_VISIBLE_DEVICES), but NVML "
                           f"sees {count} GPU(s)"), None
-        caveat = None  # an index is right in PCI order: not sure for different GPUs without it
+        caveat = None  # an index is right in PCI bus order; CUDA's own order may differ
         if count > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
             with contextlib.suppress(Exception):  # no name, no check
                 if len({str(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
@@ -119,8 +118,8 @@ def resolve_handle(nvml: Any, index: int) -> tuple[Any, str | None, str | None]:
 
 
 def open_gpu(nvml: Any, index: int) -> tuple[dict[str, Callable[[], Any]], dict, str | None]:
-    """(a reader per figure this GPU gives, their first reading, the reason or caveat in words)
-    of gpu:`index`; `nvml` None: pynvml, if installed. "max_clock" is read only here."""
+    """(a reader per figure gpu:`index` gives, their first reading, the reason or caveat); `nvml`
+    None: pynvml, if installed. "max_clock" is read only here."""
     if nvml is None:
         try:
             import pynvml as nvml  # noqa: PLC0415  (optional: nvidia-ml-py may be absent)

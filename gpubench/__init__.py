@@ -1,20 +1,18 @@
 """gpubench: how much faster Keras deep learning runs on your GPU than on your CPU.
-
-`import gpubench as gb` loads no ML framework: the backend loads when something first needs it.
-"""
+`import gpubench as gb` loads no ML framework: the backend loads when something first needs it."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
-from pathlib import Path
 
 __version__ = "0.1.0"
 
-importlib.import_module(f"{__name__}.backends").prepare_environment()  # before any framework
-# Every module and subpackage, found on disk (no list kept by hand).
-SUBMODULES = tuple(sorted(info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
-                          if not info.name.startswith("_")))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before any framework: TF's C++ info logs off
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # and JAX's grab of GPU memory
+SUBMODULES = tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
+                          if not info.name.startswith("_")))  # found on disk: no list by hand
 __all__ = ["__version__", *SUBMODULES]
 
 

@@ -1,14 +1,12 @@
-"""What every chapter does first: check its parameters, apply the profile, open the results.
-
-The cell that ran is the declaration: names and defaults come from the parameters cell the
-kernel executed and papermill's injected cell (IPython's `In`); `gpubench.params` holds the
-rules. Outside IPython: a book notebook's own cell, else the values given.
-"""
+"""What every chapter does first: check its parameters, apply the profile, open the results. The
+cell that ran is the declaration: the parameters cell the kernel executed and papermill's injected
+cell (IPython's `In`); outside IPython, a book notebook's own cell, else the values given."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,42 +18,22 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")  # rich's colour
 INJECTED_HEADER = "# Parameters"  # the first line of the cell papermill injects
 
 
-class Config(SimpleNamespace):
-    """A notebook's resolved parameters (one attribute each), its results store and machine."""
-
-    @property
-    def params(self) -> dict:
-        """This notebook's parameters, in the parameters cell's order."""
-        return {n: getattr(self, n) for n in self.names}
-
-    @property
-    def recording(self) -> dict:
-        """store/env/notebook keyword arguments for a record."""
-        return {"store": self.store, "env": self.env_name, "notebook": self.notebook}
-
-
-class DeviceParameterError(ParameterError, devices.DeviceError):
-    """A device parameter this machine does not have (shown as one line, like the others)."""
-
-
-def literal(source: object) -> dict | None:
-    """{name: value} of a cell of `NAME = literal` lines only, else None."""
-    try:
+def _literal(source: object) -> dict | None:
+    try:  # {name: value} of a cell of `NAME = literal` lines only, else None
         return params.literal_cell(source) or None
     except (ParameterError, SyntaxError, TypeError, ValueError):
         return None
 
 
-def is_injected(source: object) -> bool:
-    """Whether `source` is a cell papermill injected (its header, then only assignments)."""
+def _injected(source: object) -> bool:
     return (isinstance(source, str) and source.lstrip().startswith(INJECTED_HEADER)
-            and literal(source) is not None)
+            and _literal(source) is not None)
 
 
 def injected_names(values: dict, since: int = 0) -> list[str]:
     """The names papermill's injected cells assigned, among the cells of `In` from `since`."""
     history = values.get("In") or []
-    return list(dict.fromkeys(n for s in history[since:] if is_injected(s) for n in literal(s)))
+    return list(dict.fromkeys(n for s in history[since:] if _injected(s) for n in _literal(s)))
 
 
 def declaration(notebook: str, values: dict) -> tuple[dict, int]:
@@ -63,16 +41,16 @@ def declaration(notebook: str, values: dict) -> tuple[dict, int]:
     it): the latest cell of literals that declares COMMON or precedes papermill's cell."""
     history = values.get("In") or []
     for i in reversed(range(len(history))):
-        cell = None if is_injected(history[i]) else literal(history[i])
-        after = i + 1 < len(history) and is_injected(history[i + 1])
-        if cell and (set(COMMON) <= set(cell) or after):
+        cell = None if _injected(history[i]) else _literal(history[i])
+        if cell and (set(COMMON) <= set(cell) or _injected((history + [None])[i + 1])):
             return {**dict.fromkeys(COMMON), **cell}, i + 1
     return (dict(params.declared(notebook)) if notebook in params.NOTEBOOKS else {}), 0
 
 
-def start(notebook: str, values: dict | None = None, **given) -> Config:
-    """Check the parameters (from `values`, e.g. `globals()`; keywords win), apply the profile,
-    open the results store and describe the machine; bad input fails first, in one line."""
+def start(notebook: str, values: dict | None = None, **given) -> SimpleNamespace:
+    """The notebook's config: its parameters checked (from `values`, e.g. `globals()`; keywords
+    win; one attribute each, and all as `params`), the profile applied, the results store open
+    (`recording`: store, env and notebook for a record); bad input fails first, in one line."""
     values = values or {}
     cell, since = declaration(notebook, values)
     cell = cell or {**dict.fromkeys(COMMON), **given}
@@ -81,30 +59,24 @@ def start(notebook: str, values: dict | None = None, **given) -> Config:
     store_rich_text_plain()
     given = {**{n: values[n] for n in cell if n in values}, **given}
     chosen, changed = params.resolve(notebook, cell, **params.check_params(notebook, given, cell))
-    chosen = resolve_devices(params.check_params(notebook, chosen, cell))  # GPUBENCH_* too
-    chosen["env_name"] = chosen["env_name"] or results.default_env_name()
-    chosen["results_path"] = str(chosen["results_path"] or results.default_results_path())
-    config = Config(notebook=notebook, names=list(cell), changed=changed,
-                    store=results.ResultsStore(chosen["results_path"]),
-                    environment=results.environment_snapshot(), **chosen)
-    print(describe(config))
-    return config
-
-
-def resolve_devices(chosen: dict) -> dict:
-    """`device`/`devices` resolved, a device this machine lacks one line like the other errors
-    (Multi_GPU_Scaling resolves its own, after virtual devices)."""
+    chosen = params.check_params(notebook, chosen, cell)  # GPUBENCH_* too
     names = chosen.get("devices")
     if names is None and "sizes" in chosen:  # a matmul sweep: every device, GPUs first
         names = devices.gpus_first()
-    try:
-        if "device" in chosen:
-            chosen["device"] = devices.resolve(chosen["device"])
-        if names is not None and "virtual_devices" not in chosen:
-            chosen["devices"] = [devices.resolve(name) for name in names]
-    except devices.DeviceError as exc:
-        raise DeviceParameterError(str(exc)) from None
-    return chosen
+    if "device" in chosen:
+        chosen["device"] = devices.resolve(chosen["device"])
+    if names is not None and "virtual_devices" not in chosen:  # Multi_GPU_Scaling: its own
+        chosen["devices"] = [devices.resolve(name) for name in names]
+    chosen["env_name"] = chosen["env_name"] or results.default_env_name()
+    chosen["results_path"] = str(chosen["results_path"] or results.default_results_path())
+    store = results.ResultsStore(chosen["results_path"])
+    config = SimpleNamespace(notebook=notebook, changed=changed, store=store,
+                             params={name: chosen[name] for name in cell},
+                             recording={"store": store, "env": chosen["env_name"],
+                                        "notebook": notebook},
+                             environment=results.environment_snapshot(), **chosen)
+    print(describe(config))
+    return config
 
 
 def describe_environment(env: dict) -> str:
@@ -130,7 +102,7 @@ def shown_path(path: str | os.PathLike) -> str:
     return os.path.relpath(path, here) if inside or path.is_relative_to(here) else str(path)
 
 
-def describe(config: Config) -> str:
+def describe(config: SimpleNamespace) -> str:
     """The block a notebook prints first: what runs, where, with which parameters."""
     shown = ", ".join(f"{k}={v!r}" for k, v in config.params.items() if k not in COMMON)
     changes = ", ".join(f"{k} {book!r} -> {quick!r}" for k, (book, quick) in config.changed.items())
@@ -143,18 +115,10 @@ def describe(config: Config) -> str:
     ])
 
 
-def plain_rich_text(obj, printer, cycle) -> None:
-    """IPython's text/plain form of a rich renderable: its text without ANSI codes."""
-    printer.text(ANSI.sub("", obj.text))
-
-
 def store_rich_text_plain() -> None:
     """In Jupyter, keep rich's text copy (Keras's model summary) free of ANSI colour codes."""
-    try:
-        from IPython import get_ipython  # noqa: PLC0415 - only inside a kernel
-    except ImportError:
-        return
-    shell = get_ipython()
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
     if shell is not None and hasattr(shell, "display_formatter"):
         shell.display_formatter.formatters["text/plain"].for_type_by_name(
-            "rich.jupyter", "JupyterRenderable", plain_rich_text)
+            "rich.jupyter", "JupyterRenderable",
+            lambda obj, printer, cycle: printer.text(ANSI.sub("", obj.text)))

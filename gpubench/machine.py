@@ -1,5 +1,5 @@
-"""The machine gpubench runs on, without any ML framework: nvidia-smi, CPU, RAM, load, the
-checkout. Stdlib only. `facts()` is the framework-free part of a record's `environment`."""
+"""The machine gpubench runs on, without any ML framework (stdlib only): nvidia-smi, the CPU and
+its energy counters (RAPL), RAM, load, the checkout. `facts()`: a record's framework-free part."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from pathlib import Path
 
 # Environment variables that change what a backend does; a record keeps those that are set.
 SPEED_ENV_VARS = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES",
-                  "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
-                  "TF_NUM_INTEROP_THREADS", "JAX_PLATFORMS", "XLA_FLAGS",
-                  "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-                  "JAX_DEFAULT_MATMUL_PRECISION")
-
+                  "TF_GPU_ALLOCATOR", "OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "XLA_FLAGS",
+                  "TF_NUM_INTEROP_THREADS", "JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                  "XLA_PYTHON_CLIENT_MEM_FRACTION", "JAX_DEFAULT_MATMUL_PRECISION")
 CPU_REASON = "the device is the CPU"  # why a CPU region has no GPU figures
 RAPL_ROOT = Path("/sys/class/powercap")  # the CPU packages' energy counters (RAPL)
 
@@ -38,43 +36,22 @@ def nvidia_smi_gpus() -> list[str] | None:
                                      if line.strip().startswith("GPU")]
 
 
-def smi_gpus() -> list[dict]:
-    """Name, memory (GB) and driver of each GPU nvidia-smi lists ([] without one)."""
-    out = command_output(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                          "--format=csv,noheader,nounits"])
-    gpus = []
-    for line in (out or "").splitlines():
-        name, memory, driver = (part.strip() for part in (line.split(",") + ["", ""])[:3])
-        memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
-        gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver or None})
-    return gpus
-
-
 def cpu_model() -> str:
     """The CPU's model name ("AMD EPYC 7B13", ...)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        found = re.search(r"^model name\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
     except OSError:
-        pass
-    if platform.system() == "Darwin" and (out := command_output(
-            ["sysctl", "-n", "machdep.cpu.brand_string"])):
-        return out
-    return platform.processor() or platform.machine()
+        found = None
+    if found:
+        return found[1].strip()
+    mac = platform.system() == "Darwin" and command_output(["sysctl", "-n",
+                                                            "machdep.cpu.brand_string"])
+    return mac or platform.processor() or platform.machine()
 
 
 def cpu_count() -> int:
     """The CPU cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def ram_gb() -> float | None:
-    """Physical memory in GB."""
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def load_average() -> float | None:
@@ -96,22 +73,27 @@ def checkout() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
-def git_commit() -> str | None:
-    """The commit of the gpubench checkout, with "-dirty" when it has local changes."""
-    here = str(Path(__file__).resolve().parent)
-    commit = command_output(["git", "-C", here, "rev-parse", "HEAD"])
-    if not commit:
-        return None
-    dirty = command_output(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
-    return commit + ("-dirty" if dirty else "")
-
-
 @functools.cache
 def facts() -> dict:
-    """The framework-free part of a record's environment (cached: the machine does not change)."""
+    """The framework-free part of a record's environment (cached: the machine does not change):
+    nvidia-smi's GPUs (name, memory in GB, driver), the commit ("-dirty" with local changes)."""
+    gpus = []
+    for line in (command_output(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                 "--format=csv,noheader,nounits"]) or "").splitlines():
+        name, memory, driver = (part.strip() for part in (line.split(",") + ["", ""])[:3])
+        memory_gb = round(int(memory) / 1024, 1) if memory.isdigit() else None  # or "[N/A]"
+        gpus.append({"name": name, "memory_gb": memory_gb, "driver": driver or None})
+    git = ["git", "-C", str(Path(__file__).resolve().parent)]
+    if commit := command_output([*git, "rev-parse", "HEAD"]):
+        dirty = command_output([*git, "status", "--porcelain", "--untracked-files=no"])
+        commit += "-dirty" if dirty else ""
+    try:
+        ram_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (AttributeError, ValueError, OSError):
+        ram_gb = None
     return {"python": platform.python_version(), "os": platform.platform(),
-            "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb(),
-            "gpus": smi_gpus(), "git_commit": git_commit(), "hostname": platform.node(),
+            "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb,
+            "gpus": gpus, "git_commit": commit, "hostname": platform.node(),
             "tf_env": {name: os.environ[name] for name in SPEED_ENV_VARS if name in os.environ}}
 
 
@@ -119,7 +101,7 @@ def rapl_packages(root: Path | None = None) -> list[tuple[Path, int]]:
     """(energy_uj path, wrap range in µJ) of each readable CPU package domain ([] if none)."""
     packages = []
     try:
-        for domain in sorted((RAPL_ROOT if root is None else root).glob("intel-rapl:*")):
+        for domain in sorted((root or RAPL_ROOT).glob("intel-rapl:*")):
             if (re.fullmatch(r"intel-rapl:\d+", domain.name)
                     and (domain / "name").read_text().startswith("package")):  # not "psys"
                 int((domain / "energy_uj").read_text())  # root-only on most kernels since 2020

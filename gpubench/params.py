@@ -1,9 +1,6 @@
-"""The parameters' rules as data, by name whatever the notebook: values, bounds, the profiles.
-
-Stdlib only: the runner checks `-p` with these before any kernel starts, `gb.chapter.start` in
-the kernel. A parameters cell declares the names and defaults; a name with no rule keeps its
-value. None takes the profile's value, or GPUBENCH_PROFILE, _DATA_SOURCE, _DATA_DIR, _DATASET.
-"""
+"""The notebooks' parameter rules by name, whatever the notebook (the data: tables/params.json);
+stdlib only: the runner checks `-p` before any kernel starts, `gb.chapter.start` in the kernel.
+None takes the profile's value, or GPUBENCH_PROFILE, _DATA_SOURCE, _DATA_DIR, _DATASET."""
 
 from __future__ import annotations
 
@@ -20,48 +17,21 @@ from typing import Any
 
 from gpubench import machine  # stdlib only: the one rule for the project root
 
-PROFILES = ("full", "quick")
-NOTEBOOKS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN",
-             "Speed_Factors", "Multi_GPU_Scaling")
-TRAINING_NOTEBOOKS = {"Mnist_MLP_h1000": "mlp_h1000", "Mnist_CNN": "mnist_cnn",
-                      "Keras_Cifar_CNN": "cifar_cnn"}
-SPEED_FACTORS_MODELS = ("mlp_h1000", "mnist_cnn")
-DATASETS = ("mnist", "fashion_mnist", "cifar10")
-SOURCES = ("auto", "keras", "dir", "synthetic")
-SHAPES = {"mnist": "28x28 grey", "fashion_mnist": "28x28 grey", "cifar10": "32x32 colour"}
-MODEL_SHAPES = {"mlp_h1000": "28x28 grey", "mnist_cnn": "28x28 grey", "cifar_cnn": "32x32 colour"}
+TABLES = json.loads((Path(__file__).parent / "tables" / "params.json").read_text("utf-8"))
+PROFILES = tuple(TABLES["profiles"])
+QUICK, EXPECTED_SECONDS = TABLES["quick"], TABLES["expected_seconds"]
+NOTEBOOKS = tuple(QUICK)  # the book's notebooks, in reading order
+TRAINING_NOTEBOOKS = TABLES["training_notebooks"]
+SHAPES = TABLES["shapes"]  # the images of each dataset, and those each model takes
 CHOICES = {"model": tuple(TRAINING_NOTEBOOKS.values()),
-           "dtype": ("float32", "float64", "float16", "bfloat16"), "xla": ("off", "on", "auto"),
-           "precision": ("float32", "mixed_float16", "mixed_bfloat16"),
-           "input_pipeline": ("arrays", "tf.data", "on_device"), "scaling": ("weak", "strong"),
-           "dataset": DATASETS, "data_source": SOURCES}
+           **{kind: tuple(names) for kind, names in TABLES["choices"].items()}}
+DATASETS, SOURCES = CHOICES["dataset"], CHOICES["data_source"]
 CANONICAL = ("dataset", "data_source")  # read in any case, with "-" for "_" ("Fashion-MNIST")
 COMMON = ("profile", "results_path", "env_name")  # every cell declares them; the runner sets them
-# The most a count may be: more than any machine would finish.
-LIMITS = {"repeats": 1000, "epochs": 10_000, "batch_size": 2**20, "max_train_samples": 10**7,
-          "per_replica_batch_size": 2**20, "virtual_devices": 1024, "sizes": 65_536,
-          "batch_sizes": 2**20, "steps_per_execution": 100_000, "replicas": 1024}
-INT_LISTS = ("sizes", "batch_sizes", "steps_per_execution", "replicas")
-LISTS_OF = {"precisions": "precision", "xla_modes": "xla", "input_pipelines": "input_pipeline",
-            "dtype": "dtype"}  # a list of CHOICES[kind] (dtype: one, or a list)
+LIMITS, INT_LISTS = TABLES["limits"], tuple(TABLES["int_lists"])  # the most a count may be
+LISTS_OF = TABLES["lists_of"]  # a list of CHOICES[kind] (dtype: one, or a list)
 FOLDERS = ("data_dir",)  # a folder that must exist when given
 TEXT = ("results_path", "env_name")  # a path or a label: any string
-QUICK = {  # what the quick profile changes in the book's notebooks
-    "performanceTest": {"sizes": [500, 1000, 1500, 2000], "repeats": 3, "dtype": "float32"},
-    "Mnist_MLP_h1000": {"epochs": 3, "max_train_samples": 12000},
-    "Mnist_CNN": {"epochs": 3, "max_train_samples": 10000},
-    "Keras_Cifar_CNN": {"epochs": 3, "max_train_samples": 3000},
-    "Speed_Factors": {"epochs": 3, "max_train_samples": 3000, "batch_sizes": [100, 1000],
-                      "precisions": ["float32", "mixed_bfloat16"]},
-    "Multi_GPU_Scaling": {"epochs": 3, "max_train_samples": 6000},
-}
-# Rough wall time of each notebook on a 2-core CPU, kernel start included (the runner's ETA).
-EXPECTED_SECONDS = {
-    "full": {"performanceTest": 120, "Mnist_MLP_h1000": 90, "Mnist_CNN": 300,
-             "Keras_Cifar_CNN": 700, "Speed_Factors": 360, "Multi_GPU_Scaling": 240},
-    "quick": {"performanceTest": 30, "Mnist_MLP_h1000": 30, "Mnist_CNN": 45,
-              "Keras_Cifar_CNN": 40, "Speed_Factors": 75, "Multi_GPU_Scaling": 45},
-}
 ACCEPTED_DEVICES = ('"auto", "cpu", "gpu", "gpu:N", or TensorFlow\'s "/CPU:0", "/GPU:N", '
                     '"/device:GPU:N"')
 DEVICE_PATTERN = re.compile(r"^/?(?:device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
@@ -73,6 +43,10 @@ class ParameterError(ValueError):
     def _render_traceback_(self) -> list[str]:
         """What IPython shows for this error: its message, no traceback."""
         return [f"{type(self).__name__}: {self}"]
+
+
+class DeviceError(ParameterError):
+    """A device name gpubench does not understand, or a device that does not exist."""
 
 
 def positive_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = False,
@@ -91,17 +65,13 @@ def positive_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = 
 
 
 def check_device(name: object, *, virtual_cpus: bool = False) -> str:
-    """`name` stripped if its syntax is a device's ("cpu:N" only if virtual_cpus)."""
-    if not isinstance(name, str):
-        raise ParameterError(f"device must be a string, got {name!r}; use one of "
-                             f"{ACCEPTED_DEVICES}")
-    match = DEVICE_PATTERN.match(name.strip())
-    if name.strip().lower() != "auto" and not match:
-        raise ParameterError(f"unknown device {name!r}; use one of {ACCEPTED_DEVICES}")
+    """`name` stripped if its syntax is a device's ("cpu:N" only if virtual_cpus); DeviceError."""
+    match = DEVICE_PATTERN.match(name.strip()) if isinstance(name, str) else None
+    if not match and not (isinstance(name, str) and name.strip().lower() == "auto"):
+        raise DeviceError(f"unknown device {name!r}; use one of {ACCEPTED_DEVICES}")
     if match and match[1].lower() == "cpu" and int(match[2] or 0) != 0 and not virtual_cpus:
-        raise ParameterError(f"unknown device {name!r}: there is one CPU device, use \"cpu\" "
-                             "(Multi_GPU_Scaling's virtual_devices=N splits it into "
-                             "cpu:0..cpu:N-1)")
+        raise DeviceError(f"unknown device {name!r}: there is one CPU device, use \"cpu\" "
+                          "(Multi_GPU_Scaling's virtual_devices=N splits it into cpu:0..cpu:N-1)")
     return name.strip()
 
 
@@ -125,8 +95,16 @@ def resolve_profile(profile: str | None) -> str:
     return chosen
 
 
-def check_folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
-    """A folder parameter naming an existing folder (a path the OS takes), else raise."""
+def true_or_false(name: str, value: Any) -> bool:
+    """`value` as a bool: True, False, or "true"/"false" in any case (as `-p` passes it)."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
     text = str(value)
     shown = repr(text) if len(text) <= 80 else f"{text[:40]!r}... ({len(text)} characters)"
     try:
@@ -143,46 +121,42 @@ def check_folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
     return value
 
 
-def hint(name: str) -> str:
-    """How to pass list parameter `name`: in the notebook, to papermill, to gpubench run."""
+def _hint(name: str) -> str:
     items = (["cpu", "gpu:0"] if name == "devices" else ["100", "1000"] if name in INT_LISTS
              else list(CHOICES[LISTS_OF[name]][:2]))
-    python = str([int(i) if i.isdigit() else i for i in items]).replace("'", '"')
+    python = json.dumps([int(i) if i.isdigit() else i for i in items])
     return (f"pass a list such as {python} (papermill: -y \"{name}: [{', '.join(items)}]\"; "
             f"gpubench run: -p {name}={','.join(items)})")
 
 
-def as_list(name: str, value: Any) -> list:
-    """A list as it is, "[a, b]" or "a,b" (as papermill -p passes it) parsed, one value wrapped."""
-    if isinstance(value, str):
+def _as_list(name: str, value: Any) -> list:
+    if isinstance(value, str):  # "[a, b]" or "a,b", as papermill -p passes a list
         try:
             value = (ast.literal_eval(value) if value.strip().startswith("[")
                      else [item.strip().strip("'\"") for item in value.split(",")])
         except (ValueError, SyntaxError):
-            raise ParameterError(f"{name}={value!r} is not a list; {hint(name)}") from None
+            raise ParameterError(f"{name}={value!r} is not a list; {_hint(name)}") from None
     value = list(value) if isinstance(value, (list, tuple)) else [value]
     if not value:
-        raise ParameterError(f"{name} is empty; {hint(name)}")
+        raise ParameterError(f"{name} is empty; {_hint(name)}")
     return value
 
 
 def one_of(name: str, value: Any, kind: str) -> str:
-    """`value` (CANONICAL kinds canonical) if it is one of CHOICES[kind], else raise naming it
-    (and how to pass list parameter `name`)."""
+    """`value` (canonical for CANONICAL kinds) if it is one of CHOICES[kind], else raise."""
     canonical = kind in CANONICAL and isinstance(value, str)
     found = value.strip().lower().replace("-", "_") if canonical else value
     if found not in CHOICES[kind]:
-        where = f" in {name}; {hint(name)}" if name != kind else ""
+        where = f" in {name}; {_hint(name)}" if name != kind else ""
         raise ParameterError(f"unknown {kind.replace('_', ' ')} {value!r}; use one of "
                              f"{', '.join(CHOICES[kind])}{where}")
     return found
 
 
-def count_item(name: str, item: Any) -> int:
-    """One count of list parameter `name` ("500" as papermill passes it), checked."""
+def _count(name: str, item: Any) -> int:
     number = int(item) if isinstance(item, str) and item.strip().isdigit() else item
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        raise ParameterError(f"{name}: {item!r} is not a positive integer; {hint(name)}")
+        raise ParameterError(f"{name}: {item!r} is not a positive integer; {_hint(name)}")
     return positive_int(name, number, maximum=LIMITS[name])
 
 
@@ -192,33 +166,34 @@ def check_value(name: str, value: Any, *, virtual_cpus: bool = False) -> Any:
     if value is None:
         return None
     if name in INT_LISTS:
-        return [count_item(name, item) for item in as_list(name, value)]
+        return [_count(name, item) for item in _as_list(name, value)]
     if name in LIMITS:
         return positive_int(name, value, maximum=LIMITS[name])
     if name == "dtype" and isinstance(value, str) and "," not in value:
         return one_of(name, value.strip(), "dtype")
     if name in LISTS_OF:
-        return [one_of(name, item, LISTS_OF[name]) for item in as_list(name, value)]
+        return [one_of(name, item, LISTS_OF[name]) for item in _as_list(name, value)]
     if name in CHOICES:
         return one_of(name, value, name)
     if name == "devices":  # "cpu:N" where virtual_devices splits the CPU (Multi_GPU_Scaling)
-        return [check_device(d, virtual_cpus=virtual_cpus) for d in as_list(name, value)]
+        return [check_device(d, virtual_cpus=virtual_cpus) for d in _as_list(name, value)]
     if name in CHECKS:
         return CHECKS[name](value)
     if name in TEXT + FOLDERS and not isinstance(value, (str, os.PathLike)):
         raise ParameterError(f"{name} must be a path or a name (a string), got {value!r}")
-    return check_folder(name, value) if name in FOLDERS else value
+    return _folder(name, value) if name in FOLDERS else value
 
 
-CHECKS = {"device": check_device, "profile": resolve_profile}
+CHECKS = {"device": check_device, "profile": resolve_profile,
+          "true_float32": functools.partial(true_or_false, "true_float32")}
 RULED = (*LIMITS, *LISTS_OF, *CHOICES, "devices", *CHECKS, *TEXT, *FOLDERS)  # names with a rule
 
 
 def check_speed_factors(params: dict) -> dict:
     """Speed_Factors' own rules: its two models, two rounds or more, XLA off or on."""
-    if params.get("model") not in SPEED_FACTORS_MODELS:
+    if params.get("model") not in (models := TABLES["speed_factors_models"]):
         raise ParameterError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
-                             f"use one of {', '.join(SPEED_FACTORS_MODELS)}")
+                             f"use one of {', '.join(models)}")
     positive_int("epochs", params.get("epochs"), minimum=2)
     if "auto" in (params.get("xla_modes") or ()):
         raise ParameterError("xla_modes: 'auto' lets Keras choose, which differs by device; "
@@ -228,17 +203,12 @@ def check_speed_factors(params: dict) -> dict:
 
 def check_scaling(params: dict) -> dict:
     """Multi_GPU_Scaling's parameters checked together; `devices`, `replicas` become lists."""
-    if params.get("model") not in CHOICES["model"]:
-        raise ParameterError(f"unknown model {params.get('model')!r}; use one of "
-                             f"{', '.join(CHOICES['model'])}")
+    for name in ("model", "scaling"):
+        one_of(name, params.get(name), name)
     for name in ("per_replica_batch_size", "epochs"):
         positive_int(name, params.get(name), maximum=LIMITS[name])
-    params = {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
-                           ("devices", "replicas", "max_train_samples", "virtual_devices")}}
-    if params.get("scaling") not in CHOICES["scaling"]:
-        raise ParameterError(f"unknown scaling {params.get('scaling')!r}; use \"weak\" (fixed "
-                             "batch per replica) or \"strong\" (fixed global batch)")
-    return params
+    return {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
+                         ("devices", "replicas", "max_train_samples", "virtual_devices")}}
 
 
 OWN_RULES = {"Speed_Factors": check_speed_factors, "Multi_GPU_Scaling": check_scaling}
@@ -301,15 +271,12 @@ def parameter_names(notebook: str) -> list[str]:
     return list(declared(notebook))
 
 
-def cell_of(notebook: str, cell: dict | None) -> dict[str, Any]:
-    """`cell` (names and defaults), or when None the book notebook `notebook`'s own."""
+def _cell(notebook: str, cell: dict | None) -> dict[str, Any]:
     return declared(notebook) if cell is None else cell
 
 
-def check_names(notebook: str, given: dict | list, cell: dict | None = None,
-                how: str = "") -> None:
-    """Raise naming every name in `given` that `cell` (None: the book's) does not declare."""
-    cell = cell_of(notebook, cell)
+def check_names(notebook: str, given: dict | list, cell: dict, how: str = "") -> None:
+    """Raise naming every name in `given` that `cell` (names and defaults) does not declare."""
     if unknown := [name for name in given if name not in cell]:
         takes = ", ".join(name for name in cell if name not in COMMON) or "no parameter of its own"
         raise ParameterError(f"unknown parameter(s) {', '.join(unknown)} "
@@ -320,7 +287,7 @@ def check_names(notebook: str, given: dict | list, cell: dict | None = None,
 def check_params(notebook: str, given: dict, declared: dict | None = None) -> dict:
     """`given` checked: names against `declared` (None: the book notebook's cell), values by
     their rules, then the notebook's own rules; returned checked."""
-    cell = cell_of(notebook, declared)
+    cell = _cell(notebook, declared)
     check_names(notebook, given, cell)
     cpus = "virtual_devices" in cell  # devices "cpu:N" name virtual CPUs
     checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
@@ -330,8 +297,8 @@ def check_params(notebook: str, given: dict, declared: dict | None = None) -> di
         checked = {k: None if v is None else merged.get(k, v) for k, v in checked.items()}
     model = checked.get("model") or TRAINING_NOTEBOOKS.get(notebook) or cell.get("model")
     dataset = checked.get("dataset")
-    if dataset and model in MODEL_SHAPES and SHAPES[dataset] != MODEL_SHAPES[model]:
-        fits = " or ".join(d for d in DATASETS if SHAPES[d] == MODEL_SHAPES[model])
+    if dataset and model in SHAPES and SHAPES[dataset] != SHAPES[model]:
+        fits = " or ".join(d for d in DATASETS if SHAPES[d] == SHAPES[model])
         raise ParameterError(f"dataset {dataset!r} does not fit {model} ({notebook}): its images "
                              f"are not the shape the model takes; use {fits}")
     return checked
@@ -341,8 +308,7 @@ def check_for_backend(notebook: str, params: dict, backend: str,
                       tensorflow_importable: bool) -> dict:
     """`params` unchanged if `backend` can run them, else raise naming the value and the fix."""
     steps = params.get("steps_per_execution")
-    if backend == "torch" and [v for v in (steps if isinstance(steps, list) else [steps]) if
-                               v not in (None, 1)]:
+    if backend == "torch" and set(steps if isinstance(steps, list) else [steps]) - {None, 1}:
         raise ParameterError(
             f"{notebook}: steps_per_execution={steps!r}: Keras's PyTorch trainer runs one step per "
             "call; use steps_per_execution=1 (or leave it out) in a torch env")
@@ -354,21 +320,10 @@ def check_for_backend(notebook: str, params: dict, backend: str,
     return params
 
 
-def env_dataset(book: str) -> str | None:
-    """GPUBENCH_DATASET checked, when its images have the shape of dataset `book`'s."""
-    if not (text := os.environ.get("GPUBENCH_DATASET")):
-        return None
-    try:
-        name = check_dataset(text)
-    except ParameterError as exc:
-        raise ParameterError(f"{exc} (from GPUBENCH_DATASET)") from None
-    return name if SHAPES[name] == SHAPES.get(book) else None
-
-
-def resolve(notebook: str, declared: dict | None = None, /, **given) -> tuple[dict, dict]:
+def resolve(notebook: str, cell: dict | None = None, /, **given) -> tuple[dict, dict]:
     """(parameters with the profile's values and the GPUBENCH_* variables filled in,
-    {name: (cell's, quick)} for those the quick profile replaced); `declared` as in check_params."""
-    cell = cell_of(notebook, declared)
+    {name: (cell's, quick)} for those the quick profile replaced); `cell` as in check_params."""
+    cell = _cell(notebook, cell)
     check_names(notebook, given, cell)
     params = {name: given.get(name) for name in cell}
     params["profile"] = profile = resolve_profile(given.get("profile"))
@@ -379,8 +334,13 @@ def resolve(notebook: str, declared: dict | None = None, /, **given) -> tuple[di
             params[name] = quick.get(name, book)
             if params[name] != book:
                 changed[name] = (book, params[name])
-    if params.get("dataset") is not None and params["dataset"] == cell.get("dataset"):
-        params["dataset"] = env_dataset(params["dataset"]) or params["dataset"]
+    dataset = params.get("dataset")
+    if (text := os.environ.get("GPUBENCH_DATASET")) and dataset and dataset == cell["dataset"]:
+        try:
+            name = check_dataset(text)
+        except ParameterError as exc:
+            raise ParameterError(f"{exc} (from GPUBENCH_DATASET)") from None
+        params["dataset"] = name if SHAPES[name] == SHAPES[dataset] else dataset
     if "data_source" in params:
         params["data_source"] = (params["data_source"] or os.environ.get("GPUBENCH_DATA_SOURCE")
                                  or "auto")

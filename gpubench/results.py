@@ -12,7 +12,6 @@ import math
 import os
 import uuid
 import warnings
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,11 +30,12 @@ TELEMETRY_FIELDS = tuple(RECORD["$defs"]["telemetry"]["properties"])
 FIELDS = {benchmark: tuple(schema.declared(RECORD, RECORD, {"benchmark": benchmark}))
           for benchmark in BENCHMARKS}
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
-                errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied"}
+                errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied",
+                errno.EISDIR: "it is a directory"}
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
 NAMED_UNREADABLE = 5  # unreadable lines named one by one (file:line); the rest are counted
 MAX_LINE_BYTES = 16 * 2**20  # far above any record; a longer line is read past, never kept
-REASON_CHARS = 200  # what a warning keeps of why a line is unreadable
+PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
 
 
 class ResultsPathError(ValueError):
@@ -47,14 +47,8 @@ class ResultsWriteError(ResultsPathError):
 
 
 def write_problem(exc: OSError) -> str:
-    """A failed write in words: "the disk is full", "the file system is read-only", ..."""
+    """A failed write (or read) in words: "the disk is full", "it is a directory", ..."""
     return WRITE_ERRORS.get(exc.errno, exc.strerror or str(exc))
-
-
-def read_problem(exc: OSError) -> str:
-    """A failed read in words: "permission denied", "it is a directory", ..."""
-    words = {errno.EISDIR: "it is a directory", errno.EACCES: "permission denied"}
-    return words.get(exc.errno, exc.strerror or str(exc))
 
 
 def unmeasured(reason: str | None) -> dict:
@@ -92,13 +86,12 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
                 error: str | None = None, environment: dict | None = None,
                 telemetry: dict | None = None, **fields: Any) -> dict:
     """One record with every schema field present (missing measurements are None)."""
-    if benchmark not in FIELDS:
-        raise ValueError(f"unknown benchmark {benchmark!r}; use one of {list(BENCHMARKS)}")
+    for kind, value, known in (("benchmark", benchmark, BENCHMARKS), ("status", status, STATUSES)):
+        if value not in known:
+            raise ValueError(f"unknown {kind} {value!r}; use one of {list(known)}")
     allowed = [name for name in FIELDS[benchmark] if name not in COMMON_FIELDS]
     if unknown := sorted(set(fields) - set(allowed)):
         raise ValueError(f"unknown {benchmark} field(s) {unknown}; the schema has {allowed}")
-    if status not in STATUSES:
-        raise ValueError(f"unknown status {status!r}; use one of {STATUSES}")
     environment = environment if environment is not None else environment_snapshot()
     why = "not measured for this record" if status == "ok" else f"status {status}"
     record = {"schema": SCHEMA, "run_id": current_run_id(), "env": env, "notebook": notebook,
@@ -128,25 +121,15 @@ def validate(record: Any) -> None:
                          f"expected {problem.wants}")
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with NaN and infinity (not JSON) as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    return [json_safe(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
 class ResultsStore:
     """An append-only JSON Lines file of records."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         """Open (and create if needed) the store at `path`; fail now if it cannot be written."""
         self.path = Path(path)
-        if self.path.is_dir():
-            raise ResultsPathError(f"results path {str(self.path)!r} is a directory; pass a file "
-                                   f"path such as {str(self.path / RESULTS_FILE)!r}")
         try:
+            if self.path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, "a directory")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.touch()
         except OSError as exc:
@@ -155,11 +138,23 @@ class ResultsStore:
                 f"results_path in a writable directory, e.g. runs/my-run/{RESULTS_FILE}") from None
 
     def append(self, record: dict) -> dict:
-        """Validate `record`, append it as one line synced to disk, and return it."""
+        """Validate `record` and append it as one line synced to disk (NaN and infinity as
+        null; after a newline if the last line was cut off); return it."""
         validate(record)
-        data = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode("utf-8")
+        text = json.dumps(json.loads(json.dumps(record), parse_constant=lambda name: None))
+        data = (text + "\n").encode("utf-8")
         try:
-            _append_line(self.path, data)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise ResultsWriteError(
                 f"cannot append a record to {str(self.path)!r}: {write_problem(exc)}; "
@@ -171,24 +166,8 @@ class ResultsStore:
         return read_records(self.path)
 
 
-def _append_line(path: Path, data: bytes) -> None:
-    """Append `data` with O_APPEND and fsync, after a newline if the last line was cut off."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _json_number(text: str) -> float | None:
-    """A JSON number: -0.0 read as 0.0, one past a float's range (1e309) as None."""
-    value = float(text) + 0.0
+    value = float(text) + 0.0  # -0.0 read as 0.0, one past a float's range (1e309) as None
     return value if math.isfinite(value) else None
 
 
@@ -204,17 +183,16 @@ def parse_line(line: str | bytes) -> dict:
         record = json.loads(line, parse_float=_json_number, parse_constant=lambda name: None)
     except (json.JSONDecodeError, RecursionError):
         raise ValueError("not a JSON record (cut off by a crash or a full disk?)") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
-    if "schema" not in record:
-        raise ValueError("record lacks the field 'schema'")
-    version = record["schema"]
-    if isinstance(version, int) and not isinstance(version, bool) and 0 < version < SCHEMA:
-        raise ValueError(f"schema version {version}, older than the {SCHEMA} this gpubench reads;"
-                         " convert the file once: python tools/convert_records.py FILE")
-    if version != SCHEMA or isinstance(version, bool):
-        raise ValueError(f"unknown schema version {version!r}; this gpubench reads {SCHEMA}: "
-                         "update gpubench to read it")
+    if isinstance(record, dict):
+        if "schema" not in record:
+            raise ValueError("record lacks the field 'schema'")
+        version = record["schema"]
+        if type(version) is int and 0 < version < SCHEMA:
+            raise ValueError(f"schema version {version}, older than the {SCHEMA} this gpubench "
+                             "reads; convert the file once: python tools/convert_records.py FILE")
+        if version != SCHEMA or isinstance(version, bool):
+            raise ValueError(f"unknown schema version {version!r}; this gpubench reads {SCHEMA}:"
+                             " update gpubench to read it")
     validate(record)
     return record
 
@@ -227,18 +205,15 @@ def skipped(message: str, problems: list[str] | None = None) -> None:
 
 
 def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
-    """(number, line) of a binary file, one in memory at a time; None for a line over
-    MAX_LINE_BYTES, whose rest is read past in chunks."""
-    for number in itertools.count(1):
-        line = handle.readline(MAX_LINE_BYTES + 1)
-        if not line:
+    for number in itertools.count(1):  # one line in memory at a time; None for a long one
+        if not (line := handle.readline(MAX_LINE_BYTES + 1)):
             return
         if len(line) > MAX_LINE_BYTES:
-            while line and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # read past the rest, in chunks
                 line = handle.readline(2**20)
             yield number, None
-            continue
-        yield number, line.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
+        elif line.strip():
+            yield number, line.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
 
 
 def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
@@ -259,8 +234,6 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
     try:
         with path.open("rb") as handle:
             for number, line in _lines(handle):
-                if line is not None and not line.strip():
-                    continue
                 try:
                     if line is None:
                         raise ValueError(f"a line longer than {MAX_LINE_BYTES:,} bytes, not a "
@@ -269,17 +242,15 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                 except ValueError as exc:
                     unreadable, last = unreadable + 1, number
                     if unreadable <= NAMED_UNREADABLE:
-                        skipped(f"{path}:{number}: skipped: {str(exc)[:REASON_CHARS]}", problems)
+                        skipped(f"{path}:{number}: skipped: {str(exc)[:200]}", problems)
                     continue
-                if record["environment"] == environment:
+                if record["environment"] == environment:  # one copy of a run's environment
                     record["environment"] = environment
                 environment = record["environment"]
-                if origin:
-                    record["_origin"] = f"{path}:{number}"
-                yield record
+                yield record | ({"_origin": f"{path}:{number}"} if origin else {})
     except OSError as exc:
-        raise ResultsPathError(
-            f"cannot read results from {str(path)!r}: {read_problem(exc)}") from None
+        raise ResultsPathError(f"cannot read results from {str(path)!r}: {write_problem(exc)}"
+                               ) from None
     if unreadable > NAMED_UNREADABLE:
         skipped(f"{path}: skipped {unreadable} unreadable lines in all: "
                 f"{unreadable - NAMED_UNREADABLE} more after the {NAMED_UNREADABLE} named, the "
@@ -297,7 +268,6 @@ def environment_snapshot(fresh: bool = False) -> dict:
 
 @functools.cache
 def _snapshot() -> dict:
-    """The environment found once: the machine's facts and the backend's build information."""
     backend = backends.current()
     facts = dict(machine.facts())
     if not facts["gpus"]:  # no nvidia-smi: the names the backend gives
@@ -324,9 +294,9 @@ def job_of(record: dict) -> tuple:
 
 def latest_attempts(records: list[dict]) -> list[dict]:
     """Only the records of each job's latest attempt."""
-    last: dict[tuple, int] = defaultdict(int)
+    last: dict[tuple, int] = {}
     for r in records:
-        last[job_of(r)] = max(last[job_of(r)], r["attempt"])
+        last[job_of(r)] = max(last.get(job_of(r), 0), r["attempt"])
     return [r for r in records if r["attempt"] == last[job_of(r)]]
 
 
@@ -336,11 +306,8 @@ def ok_records(records: list[dict], benchmark: str) -> list[dict]:
 
 
 def dtype_of(record: dict) -> str:
-    """A matmul record's dtype (older records: float32)."""
+    """A matmul record's dtype (float32 where it names none)."""
     return record.get("dtype") or "float32"
-
-
-PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
 
 
 def peak_record(records: list[dict], env: str, device: str, dtype: str) -> dict | None:

@@ -1,6 +1,6 @@
-"""The JSON Schemas of gpubench's files (gpubench/schemas/: a results record, run.json): loaded,
-compiled once, and a failing field said in words. The check is fast where a value is valid
-(fastjsonschema's compiled code) and exact where it is not (jsonschema's errors, 2020-12)."""
+"""The JSON Schemas of gpubench's files (gpubench/schemas/: a results record, run.json), compiled
+once; a failing field said in words. Fast where a value is valid (fastjsonschema's compiled code),
+exact where it is not (jsonschema's errors, draft 2020-12)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-FOLDER = Path(__file__).parent / "schemas"
 # The keywords of a value's range and form; without them a schema asks only for fields and types.
 RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})
 TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number",
@@ -24,7 +23,7 @@ MISSING = "(missing)"
 @functools.cache
 def load(name: str) -> dict:
     """The schema gpubench/schemas/NAME.schema.json."""
-    return json.loads((FOLDER / f"{name}.schema.json").read_text(encoding="utf-8"))
+    return json.loads((Path(__file__).parent / "schemas" / f"{name}.schema.json").read_bytes())
 
 
 def resolve(root: dict, part: dict) -> dict:
@@ -161,26 +160,24 @@ class Checker:
         self.schema = schema
         self.compiled = fastjsonschema.compile(inlined(schema, schema), use_default=False)
         self.failed = fastjsonschema.JsonSchemaException
-        self.exact: Any = None  # jsonschema's validator, made where a value first fails
 
-    def compiled_valid(self, instance: Any) -> bool:
-        """Whether `instance` passes the compiled check alone."""
+    def valid(self, instance: Any) -> bool:
+        """Whether `instance` passes: the compiled check, and where it fails, jsonschema's."""
         try:
             self.compiled(instance)
         except self.failed:
-            return False
+            return not next(self.errors(instance), None)
         return True
 
-    def valid(self, instance: Any) -> bool:
-        """Whether `instance` passes (where the compiled check fails, `errors` decides)."""
-        return self.compiled_valid(instance) or not next(self.errors(instance), None)
+    @functools.cached_property
+    def exact(self) -> Any:
+        """jsonschema's validator, made where a value first fails (0.1 s to import)."""
+        import jsonschema  # noqa: PLC0415
+
+        return jsonschema.Draft202012Validator(self.schema)
 
     def errors(self, instance: Any) -> Iterator[Any]:
         """jsonschema's errors of `instance`, in the schema's order."""
-        if self.exact is None:
-            import jsonschema  # noqa: PLC0415 - 0.1 s to import: only once a value fails
-
-            self.exact = jsonschema.Draft202012Validator(self.schema)
         return self.exact.iter_errors(instance)
 
 

@@ -111,3 +111,11 @@ def test_the_results_path_opens_from_the_current_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # papermill run from another folder
     assert chapter.shown_path(inside) == str(inside)
     assert chapter.shown_path(tmp_path / "r.jsonl") == "r.jsonl"
+
+
+def test_a_bool_passed_as_text_reaches_the_chapter_as_a_bool(tmp_path):
+    """The runner passes `-p true_float32=True` as text; the chapter's config holds the bool."""
+    cell = "".join(f"{k} = {v!r}\n" for k, v in params.declared("performanceTest").items())
+    values = _kernel(cell, '# Parameters\ntrue_float32 = "True"\n', true_float32="True",
+                     results_path=str(tmp_path / "r.jsonl"), sizes=[64], profile="quick")
+    assert chapter.start("performanceTest", values).true_float32 is True

@@ -80,6 +80,21 @@ def test_dataset_and_source_names():
         params.check_source("s3")
 
 
+@pytest.mark.parametrize("given,expected", [(True, True), (False, False), ("True", True),
+                                            ("false", False), ("TRUE", True)])
+def test_true_float32_takes_a_bool_or_its_word_in_any_case(given, expected):
+    """`-p performanceTest:true_float32=True` passes the text; the kernel gets the bool."""
+    checked = params.check_params("performanceTest", {"true_float32": given})
+    assert checked == {"true_float32": expected} and type(checked["true_float32"]) is bool
+
+
+@pytest.mark.parametrize("given", ["yes", "1", 1, 0, [True]])
+def test_true_float32_refuses_anything_else_by_name(given):
+    with pytest.raises(ParameterError) as info:
+        params.check_value("true_float32", given)
+    assert str(info.value) == f"true_float32 must be True or False, got {given!r}"
+
+
 # ---- a notebook's own rules, here and nowhere else
 
 @pytest.mark.parametrize("given,message", [

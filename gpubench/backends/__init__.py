@@ -1,10 +1,6 @@
-"""The seam: everything that differs between Keras backends lives below this package.
-
-`current()` is the module of the backend Keras runs on (`tensorflow`, `jax`, `torch`); each
-offers the same functions (`tensorflow.py` lists them). The env names and the backends' titles
-live here once. Keras's own rule picks the backend (KERAS_BACKEND, else ~/.keras/keras.json,
-else TensorFlow), read by `requested()` before Keras loads.
-"""
+"""The seam: what differs between Keras backends lives below this package, one module each with
+the same names (`tensorflow.py` lists them); the env names and the backends' titles live here.
+Keras's own rule picks the backend: KERAS_BACKEND, else ~/.keras/keras.json, else TensorFlow."""
 
 from __future__ import annotations
 
@@ -24,7 +20,18 @@ BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}  # what compiling is
 # Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
 LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
-KERNEL_PREFIX = "gpubench-"
+
+
+class BackendError(ValueError):
+    """A Keras backend gpubench does not support; the message says what to use instead."""
+
+
+class GPUNotAvailableError(RuntimeError):
+    """A GPU was asked for and the backend cannot see one; the message says why."""
+
+
+class PlatformError(RuntimeError):
+    """The backend cannot start a platform it was told to use (e.g. JAX_PLATFORMS=tpu)."""
 
 
 def backend_title(name: str) -> str:
@@ -54,7 +61,7 @@ def is_gpu_env(env: str) -> bool:
 
 def kernel_name(env: str) -> str:
     """The Jupyter kernel of env `env` ("cpu" -> "gpubench-cpu")."""
-    return KERNEL_PREFIX + env
+    return "gpubench-" + env
 
 
 def no_gpu_hint(backend: str) -> str:
@@ -63,29 +70,6 @@ def no_gpu_hint(backend: str) -> str:
             "reference/h200-jax/report.md in the gpubench repository (or `gpubench report "
             "<your run dir> reference/h200-jax`, beside your own run); what a GPU here would "
             "need: `gpubench doctor --gpu`.")
-
-
-class BackendError(ValueError):
-    """A Keras backend gpubench does not support; the message says what to use instead."""
-
-
-class DeviceError(ValueError):
-    """A device name gpubench does not understand, or a device that does not exist."""
-
-
-class GPUNotAvailableError(RuntimeError):
-    """A GPU was asked for and the backend cannot see one; the message says why."""
-
-
-class PlatformError(RuntimeError):
-    """The backend cannot start a platform it was told to use (e.g. JAX_PLATFORMS=tpu)."""
-
-
-def prepare_environment() -> None:
-    """Before any framework loads (a user's own setting wins): TensorFlow's C++ info logs off,
-    and JAX's grab of 75 % of GPU memory off."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def quiet_import(name: str) -> ModuleType:
@@ -109,14 +93,26 @@ def quiet_import(name: str) -> ModuleType:
             os.close(saved)
 
 
-def quiet_lazy_tensorflow() -> None:
-    """Where TensorFlow is installed beside JAX or PyTorch, Keras imports it on first use (for
-    tf.data): make that import quiet too."""
-    from keras.src.utils import module_utils  # noqa: PLC0415 - Keras is loaded by now
+def tensorflow_importable() -> bool:
+    """Whether TensorFlow can be imported in this environment (tf.data needs it)."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def load_keras() -> ModuleType:
+    """Keras, after its backend's framework; a TensorFlow beside JAX or PyTorch, which Keras
+    imports on first use of tf.data, imports quietly too."""
+    import keras  # noqa: PLC0415 - after the backend's framework
+    from keras.src.utils import module_utils  # noqa: PLC0415
 
     lazy = module_utils.tensorflow
-    if lazy.module is None and importlib.util.find_spec("tensorflow") is not None:
+    if lazy.module is None and tensorflow_importable():
         lazy.initialize = lambda: setattr(lazy, "module", quiet_import("tensorflow"))
+    return keras
+
+
+def jit_compile(xla: str) -> bool | str:
+    """Keras's jit_compile for gpubench's `xla` ("off", "on", "auto": Keras chooses)."""
+    return {"off": False, "on": True, "auto": "auto"}[xla]
 
 
 def requested() -> str:
@@ -140,21 +136,16 @@ def check_name(name: str) -> str:
                        "(e.g. KERAS_BACKEND=jax, or the kernel gpubench-jax-cpu)")
 
 
-def module(name: str) -> ModuleType:
-    """The gpubench module of backend `name` (imports nothing heavy by itself)."""
-    return importlib.import_module(f"gpubench.backends.{check_name(name)}")
-
-
 @functools.cache
 def keras() -> ModuleType:
     """Keras, loaded once on the requested backend, its start-up chatter held back."""
-    return module(requested()).load_keras()
+    return importlib.import_module(f"gpubench.backends.{requested()}").load_keras()
 
 
 @functools.cache
 def current() -> ModuleType:
-    """The backend module Keras runs on (loads Keras)."""
-    return module(check_name(keras().backend.backend()))
+    """The gpubench module of the backend Keras runs on (loads Keras)."""
+    return importlib.import_module(f"gpubench.backends.{check_name(keras().backend.backend())}")
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -1,10 +1,6 @@
-"""The JAX backend: the same names as `gpubench.backends.tensorflow` (its docstring lists them).
-
-JAX dispatches asynchronously, on the CPU too: `sync` blocks on the values a timed region
-produced. JAX always compiles (eager JAX is a debugging mode), so every `xla` value trains
-compiled and the record says so. GPU memory is allocated as needed
-(XLA_PYTHON_CLIENT_PREALLOCATE=false, set by `backends.prepare_environment`), and recorded.
-"""
+"""The JAX backend (the names of `backends.tensorflow`). JAX dispatches asynchronously, on the CPU
+too: `sync` blocks on the values a timed region produced. JAX always compiles, so every `xla`
+trains compiled and the record says so; GPU memory is allocated as needed, and recorded."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import functools
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 
 from gpubench import backends
@@ -26,6 +22,7 @@ CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda1
                 "jax_plugins.xla_cuda13")
 # The precisions JAX's float32 matmuls may run on TF32 with (None: JAX's default).
 TF32_PRECISIONS = (None, "default", "tensorfloat32", "bfloat16_3x")
+tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # JAX's "falling back to cpu" warnings
 
 
@@ -51,42 +48,31 @@ def module() -> ModuleType:
 @functools.cache
 def jax() -> ModuleType:
     """The `jax` module with its platforms started; one line naming JAX_PLATFORMS if it fails."""
-    found = module()
     try:
-        found.devices()
+        module().devices()
     except Exception as exc:  # RuntimeError, or AssertionError for a platform with no plugin
-        raise start_failure(exc) from exc
-    return found
-
-
-def start_failure(exc: BaseException) -> RuntimeError:
-    """The error for JAX failing to start its platforms with `exc`: what JAX_PLATFORMS asked
-    for, why it cannot be, and the fix, in one line."""
-    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
-    said_here = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    said_here = f" (JAX said: {said_here})" if said_here else ""
-    named = f"JAX_PLATFORMS={platforms!r}"
-    if not {p.strip() for p in platforms.lower().split(",")} & {"cuda", "gpu", "rocm"}:
-        return PlatformError(f"JAX {version()} cannot start {named if platforms else 'a platform'}"
-                             f"{said_here}; set JAX_PLATFORMS=cpu or unset it")
-    if not is_cuda_build():
-        return GPUNotAvailableError(
-            f"{named} but this jaxlib {version()} has no CUDA plugin, so JAX cannot start at all"
-            f"{said_here}; set JAX_PLATFORMS=cpu or unset it, or install jax[cuda12] "
-            "(`pip install \"jax[cuda12]\"`) for the GPU")
-    return GPUNotAvailableError(
-        f"{named} but JAX {version()} cannot start the GPU{said_here}; unset JAX_PLATFORMS (or "
-        "set it to cpu) to run on the CPU, or run `gpubench doctor --gpu` without JAX_PLATFORMS "
-        "for why it sees no GPU")
+        platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+        named = f"JAX_PLATFORMS={platforms!r}" if platforms else "a platform"
+        said_here = f" (JAX said: {str(exc).strip().splitlines()[0]})" if str(exc).strip() else ""
+        if not {p.strip() for p in platforms.lower().split(",")} & {"cuda", "gpu", "rocm"}:
+            raise PlatformError(f"JAX {version()} cannot start {named}{said_here}; set "
+                                "JAX_PLATFORMS=cpu or unset it") from exc
+        if not is_cuda_build():
+            raise GPUNotAvailableError(
+                f"{named} but this jaxlib {version()} has no CUDA plugin, so JAX cannot start at "
+                f"all{said_here}; set JAX_PLATFORMS=cpu or unset it, or install jax[cuda12] "
+                "(`pip install \"jax[cuda12]\"`) for the GPU") from exc
+        raise GPUNotAvailableError(
+            f"{named} but JAX {version()} cannot start the GPU{said_here}; unset JAX_PLATFORMS "
+            "(or set it to cpu) to run on the CPU, or run `gpubench doctor --gpu` without "
+            "JAX_PLATFORMS for why it sees no GPU") from exc
+    return module()
 
 
 def load_keras() -> ModuleType:
     """Keras on JAX (a TensorFlow beside it, for tf.data, imports quietly)."""
     jax()
-    import keras  # noqa: PLC0415
-
-    backends.quiet_lazy_tensorflow()
-    return keras
+    return backends.load_keras()
 
 
 def version() -> str:
@@ -111,29 +97,21 @@ def gpu_count() -> int:
 def device(name: str):
     """The jax.Device for a canonical device name ("cpu", "cpu:N", "gpu:N")."""
     kind, _, index = name.partition(":")
-    found = gpus() if kind == "gpu" else jax().devices("cpu")
-    return found[int(index or 0)]
+    return (gpus() if kind == "gpu" else jax().devices("cpu"))[int(index or 0)]
 
 
 def gpu_name(index: int) -> str:
     """The name JAX gives GPU `index`."""
-    found = gpus()
-    return getattr(found[index], "device_kind", f"GPU {index}") if index < len(found) else ""
+    return getattr(device(f"gpu:{index}"), "device_kind", f"GPU {index}")
 
 
 def compute_capability(index: int) -> tuple[int, int] | None:
     """GPU `index`'s compute capability, None when unknown."""
-    found = gpus()
     try:
-        major, minor = str(getattr(found[index], "compute_capability", None)).split(".")[:2]
-        return int(major), int(minor)
+        found = str(getattr(device(f"gpu:{index}"), "compute_capability", None)).split(".")
+        return int(found[0]), int(found[1])
     except (IndexError, ValueError):
         return None
-
-
-def tensorflow_importable() -> bool:
-    """Whether TensorFlow can be imported in this environment (only tf.data needs it on JAX)."""
-    return importlib.util.find_spec("tensorflow") is not None
 
 
 def is_cuda_build() -> bool:
@@ -145,22 +123,17 @@ def is_cuda_build() -> bool:
     return False
 
 
-def cuda_versions() -> tuple[str | None, str | None]:
-    """(CUDA, cuDNN) versions JAX reports for its GPU backend, None where it has none."""
-    if not gpus():
-        return None, None
-    with contextlib.suppress(Exception):  # private helpers, absent in some versions
-        from jax._src.lib import cuda_versions as found  # noqa: PLC0415
-
-        cuda = found.cuda_runtime_get_version()
-        cudnn = found.cudnn_get_version()
-        return f"{cuda // 1000}.{cuda % 1000 // 10}", f"{cudnn // 10000}.{cudnn % 10000 // 100}"
-    return None, None
-
-
 def build_info() -> dict:
     """JAX, Keras and CUDA versions, and the settings that change speed or memory."""
-    cuda, cudnn = cuda_versions()
+    cuda = cudnn = None
+    with contextlib.suppress(Exception):  # private helpers, absent in some versions
+        from jax._src.lib import cuda_versions  # noqa: PLC0415
+
+        if gpus():
+            found = cuda_versions.cuda_runtime_get_version()
+            cuda = f"{found // 1000}.{found % 1000 // 10}"
+            found = cuda_versions.cudnn_get_version()
+            cudnn = f"{found // 10000}.{found % 10000 // 100}"
     return {"backend": NAME, "backend_version": version(), "tensorflow": None,
             "jax": version(), "keras": load_keras().__version__, "cuda_build": is_cuda_build(),
             "cuda_version": cuda, "cudnn_version": cudnn,
@@ -178,27 +151,23 @@ def jit_compile(xla: str) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def scope(name: str) -> Iterator[None]:
+def scope(name: str) -> contextlib.AbstractContextManager:
     """Make `name` the default device of the JAX work inside the block."""
-    with jax().default_device(device(name)):
-        yield
+    return jax().default_device(device(name))
 
 
 def sync(*values) -> None:
     """Block until `values` (arrays, Keras variables, lists of them) are computed."""
-    leaves = []
-    for value in values:
-        leaves += value if isinstance(value, (list, tuple)) else [value]
+    leaves = [v for value in values for v in (value if isinstance(value, (list, tuple))
+                                                else [value])]
     arrays = [getattr(v, "value", v) for v in leaves]  # Keras variables hold a jax.Array
     jax().block_until_ready([a for a in arrays if hasattr(a, "block_until_ready")])
 
 
 def is_oom(exc: BaseException) -> bool:
     """Whether `exc` is XLA running out of device memory."""
-    text = str(exc)
     return type(exc).__name__ in ("XlaRuntimeError", "JaxRuntimeError") and (
-        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+        "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower())
 
 
 def tf32_enabled() -> bool:
@@ -206,11 +175,9 @@ def tf32_enabled() -> bool:
     return jax().config.jax_default_matmul_precision in TF32_PRECISIONS
 
 
-@contextlib.contextmanager
-def float32_precision(tf32: bool) -> Iterator[None]:
+def float32_precision(tf32: bool) -> contextlib.AbstractContextManager:
     """Inside the block, float32 matmuls do (True) or do not (False) use TF32."""
-    with jax().default_matmul_precision("tensorfloat32" if tf32 else "highest"):
-        yield
+    return jax().default_matmul_precision("tensorfloat32" if tf32 else "highest")
 
 
 def compiled(fn: Callable) -> Callable:

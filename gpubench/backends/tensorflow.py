@@ -1,11 +1,5 @@
-"""The TensorFlow backend: devices, placement, sync, OOM, build info, compiling, TF32.
-
-Every backend module offers the same names: NAME, TITLE, load_keras(), version(), gpu_count(),
-gpu_name(i), compute_capability(i), is_cuda_build(), tensorflow_importable(), build_info(),
-jit_compile(xla), scope(device), sync(*values), is_oom(exc), tf32_enabled(),
-float32_precision(tf32), compiled(fn), and `said` (what the framework said while looking for a
-GPU, for `backends.diagnosis`). Devices are named "cpu", "cpu:N" (a virtual CPU), "gpu:N".
-"""
+"""The TensorFlow backend. Every backend module offers the same names (docs/backends.md lists
+them): NAME, TITLE, `said` (what the framework said when it found no GPU) and these functions."""
 
 from __future__ import annotations
 
@@ -20,7 +14,8 @@ NAME = "tensorflow"
 TITLE = backends.BACKEND_TITLES[NAME]
 # Keras's jit_compile for gpubench's `xla`; "off" by default: Keras's "auto" turns XLA on only
 # where TensorFlow sees a GPU, so the CPU env and the GPU env would train in different modes.
-JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}
+jit_compile = backends.jit_compile
+tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # why TensorFlow could not list its GPUs
 
 
@@ -54,9 +49,7 @@ def list_gpus(module: ModuleType) -> list:
 def load_keras() -> ModuleType:
     """Keras on TensorFlow, loaded quietly."""
     tf()
-    import keras  # noqa: PLC0415
-
-    return keras
+    return backends.load_keras()
 
 
 def version() -> str:
@@ -69,9 +62,8 @@ def gpu_count() -> int:
     return len(list_gpus(tf()))
 
 
-def details(index: int) -> dict:
-    """What TensorFlow knows of GPU `index` (name, compute capability; {} when unknown)."""
-    try:
+def _details(index: int) -> dict:
+    try:  # what TensorFlow knows of GPU `index` (name, compute capability; {} when unknown)
         return tf().config.experimental.get_device_details(list_gpus(tf())[index])
     except (IndexError, ValueError, RuntimeError):
         return {}
@@ -79,18 +71,13 @@ def details(index: int) -> dict:
 
 def gpu_name(index: int) -> str:
     """The name TensorFlow gives GPU `index` (for machines without nvidia-smi)."""
-    return details(index).get("device_name") or f"GPU {index}"
+    return _details(index).get("device_name") or f"GPU {index}"
 
 
 def compute_capability(index: int) -> tuple[int, int] | None:
     """GPU `index`'s compute capability, None when unknown."""
-    found = details(index).get("compute_capability")
+    found = _details(index).get("compute_capability")
     return tuple(found) if found else None
-
-
-def tensorflow_importable() -> bool:
-    """Whether TensorFlow can be imported in this environment (here: it is the backend)."""
-    return True
 
 
 def is_cuda_build() -> bool:
@@ -107,11 +94,6 @@ def build_info() -> dict:
             "backend_settings": {"gpu_memory_growth": True, "tf32": tf32_enabled()}}
 
 
-def jit_compile(xla: str) -> bool | str:
-    """Keras's jit_compile for gpubench's `xla` ("off", "on", "auto")."""
-    return JIT_COMPILE[xla]
-
-
 def check_xla_flags() -> None:
     """Compile one small function with XLA on the CPU: TensorFlow aborts on an XLA_FLAGS flag it
     does not know at its first XLA compile (the runner calls this before any kernel starts)."""
@@ -125,11 +107,9 @@ def tf_name(device: str) -> str:
     return f"/{kind.upper()}:{index or 0}"
 
 
-@contextlib.contextmanager
-def scope(device: str) -> Iterator[None]:
+def scope(device: str) -> contextlib.AbstractContextManager:
     """Place the TensorFlow work inside the block on `device`."""
-    with tf().device(tf_name(device)):
-        yield
+    return tf().device(tf_name(device))
 
 
 def sync(*values) -> None:

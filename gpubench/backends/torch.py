@@ -1,18 +1,11 @@
-"""The PyTorch backend: the same names as `gpubench.backends.tensorflow` (its docstring lists them).
-
-Keras on torch places tensors and variables on the device of `keras.device(...)`, so a "cpu"
-run in a GPU env keeps its model and data off the GPU. torch runs CPU work synchronously and
-queues CUDA work: `sync` waits for every GPU torch has started. `xla="on"` is Keras's
-`jit_compile=True`, which on torch is `torch.compile` of the training step; "off" and "auto"
-train eagerly. float32 matmuls use TF32 only when torch's matmul precision allows it (not by
-default), and the record says which.
-"""
+"""The PyTorch backend (the names of `backends.tensorflow`). Keras places tensors on the device of
+`keras.device(...)`; torch queues CUDA work, so `sync` waits for every GPU it started. `xla="on"`
+is torch.compile of the step; float32 matmuls use TF32 only where torch's precision allows it."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,7 +15,8 @@ from gpubench import backends
 
 NAME = "torch"
 TITLE = backends.BACKEND_TITLES[NAME]
-JIT_COMPILE = {"off": False, "on": True, "auto": "auto"}  # "on" is torch.compile
+jit_compile = backends.jit_compile  # "on" is torch.compile; "off" and "auto" train eagerly
+tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # what torch warned while looking for a GPU
 
 
@@ -37,10 +31,7 @@ def torch() -> ModuleType:
 def load_keras() -> ModuleType:
     """Keras on PyTorch (a TensorFlow beside it, for tf.data, imports quietly)."""
     torch()
-    import keras  # noqa: PLC0415
-
-    backends.quiet_lazy_tensorflow()
-    return keras
+    return backends.load_keras()
 
 
 def version() -> str:
@@ -65,17 +56,12 @@ def gpu_count() -> int:
 
 def gpu_name(index: int) -> str:
     """The name torch gives GPU `index`."""
-    return torch().cuda.get_device_name(index) if index < gpu_count() else ""
+    return torch().cuda.get_device_name(index)
 
 
 def compute_capability(index: int) -> tuple[int, int] | None:
     """GPU `index`'s compute capability, None when unknown."""
     return tuple(torch().cuda.get_device_capability(index)) if index < gpu_count() else None
-
-
-def tensorflow_importable() -> bool:
-    """Whether TensorFlow can be imported in this environment (only tf.data needs it on torch)."""
-    return importlib.util.find_spec("tensorflow") is not None
 
 
 def is_cuda_build() -> bool:
@@ -98,38 +84,22 @@ def build_info() -> dict:
                 "cpu_threads": torch().get_num_threads()}}
 
 
-def jit_compile(xla: str) -> bool | str:
-    """Keras's jit_compile for gpubench's `xla`: "on" is torch.compile, "off" and "auto" eager."""
-    return JIT_COMPILE[xla]
-
-
-def keras_device(device: str) -> str:
-    """Keras's name for a canonical device: "cpu" -> "cpu", "gpu:1" -> "gpu:1" (CUDA device 1)."""
-    kind, _, index = device.partition(":")
-    return "cpu" if kind == "cpu" else f"gpu:{index or 0}"
-
-
-@contextlib.contextmanager
-def scope(device: str) -> Iterator[None]:
-    """Make `device` the device of the tensors and variables Keras creates inside the block."""
-    with load_keras().device(keras_device(device)):
-        yield
+def scope(device: str) -> contextlib.AbstractContextManager:
+    """Make `device` the device of what Keras creates inside the block ("cpu:N" is the CPU)."""
+    return load_keras().device("cpu" if device.startswith("cpu") else device)
 
 
 def sync(*values) -> None:
     """Wait until every GPU torch has started has finished its queued work (CPU work is done)."""
-    cuda = torch().cuda
-    if not cuda.is_initialized():
-        return
-    for index in range(cuda.device_count()):
-        cuda.synchronize(index)
+    if torch().cuda.is_initialized():
+        for index in range(torch().cuda.device_count()):
+            torch().cuda.synchronize(index)
 
 
 def is_oom(exc: BaseException) -> bool:
     """Whether `exc` is torch running out of device (or host allocator) memory."""
-    if isinstance(exc, torch().OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    return isinstance(exc, torch().OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
 
 
 def tf32_enabled() -> bool:

@@ -1,7 +1,6 @@
 """The book's matmul test, the book's way ("book": one timing, set-up included) and the rigorous
-way (product time and call latency of a compiled product), and each env's peak probe. `tf32`:
-whether a float32 product may use TF32. Its chapter code is exported from performanceTest.
-"""
+way (product time and call latency of a compiled product), and each env's peak probe. Its chapter
+code is exported from performanceTest; a GPU's facts come from gpubench.peaks."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +16,6 @@ ops = keras.ops
 backend = backends.current()  # the seam: device placement, sync and compiling, per backend
 
 METHODS = ("book", "rigorous")  # the sweep's methods; the peak probe is `peak` alone
-GPU_MIN_CAPABILITY = {"bfloat16": (8, 0)}  # the oldest GPUs that run a dtype's matmul natively
 # The peak probe's n: big enough to keep the device busy. Not a power of two on a CPU: rows 2^k
 # bytes apart share cache sets (TensorFlow ran n=4096 at half n=4000's speed on a 2-core EPYC).
 PEAK_SIZE = {"gpu": 8192, "cpu": 4000}
@@ -38,43 +36,11 @@ def check_method(method: str) -> str:
     return method
 
 
-def unsupported_reason(device: str, dtype: str) -> str | None:
-    """Why `device` cannot run a `dtype` matmul natively (None when it can); CPUs run them all."""
-    minimum = GPU_MIN_CAPABILITY.get(dtype)
-    if device.startswith("cpu") or minimum is None:
-        return None
-    capability = backend.compute_capability(int(device.split(":")[1])) or minimum
-    if capability < minimum:  # unknown capability: let it try
-        return (f"{device} has compute capability {capability[0]}.{capability[1]}; {dtype} needs "
-                f"{minimum[0]}.{minimum[1]} or newer")
-    return None
-
-
-def aligned_companion(size: int, device: str, dtype: str) -> int | None:
-    """The aligned n timed beside `size` on a GPU at a 16-bit dtype (peaks.aligned_size)."""
-    if not device.startswith("gpu") or dtype not in ("float16", "bfloat16"):
-        return None
-    from gpubench import peaks  # noqa: PLC0415 - the GPU's facts, only for a GPU
-
-    return peaks.aligned_size(size, dtype) if peaks.aligned_size(size, dtype) != size else None
-
-
 def tf32_of(device: str, dtype: str) -> bool | None:
     """Whether a `dtype` product on `device` may use TF32 now: None but for float32; CPU: False."""
     if dtype != "float32":
         return None
     return device.startswith("gpu") and backend.tf32_enabled()
-
-
-def spec_peak(device: str, dtype: str) -> float | None:
-    """The datasheet peak GFLOP/s of `device` at `dtype` as it runs (None: CPU, unknown GPU)."""
-    gpus = results.environment_snapshot()["gpus"] if device.startswith("gpu") else []
-    index = int(device.split(":")[1]) if gpus else 0
-    if index >= len(gpus):
-        return None
-    from gpubench import peaks  # noqa: PLC0415 - the datasheet table, only for a GPU
-
-    return peaks.spec_peak_gflops(gpus[index]["name"], dtype, tf32=bool(tf32_of(device, dtype)))
 
 
 # Written by tools/export_chapters.py from the chapter's #@save cells: edit those.
@@ -118,18 +84,18 @@ def rigorous_test(device_name, size, dtype="float32", repeats=5):
 # END CHAPTER CODE
 
 
+def _peaks(device: str):
+    """gpubench.peaks, the GPU's facts, for a GPU; None for a CPU (where it is never loaded)."""
+    if not device.startswith("gpu"):
+        return None
+    from gpubench import peaks  # noqa: PLC0415 - only for a GPU
+
+    return peaks
+
+
 def gflops(size: int, seconds: float) -> float:
     """GFLOP/s of one size x size product that took `seconds`: 2 n^3 / seconds / 10^9."""
     return 2 * size**3 / seconds / 1e9
-
-
-def _book(device: str, size: int, dtype: str) -> dict:
-    """The chapter's performanceTest once (set-up included), then again at the same shape."""
-    with timing.region(device) as found:
-        seconds = performanceTest(device, size, dtype)
-    return dict(seconds=seconds, seconds_min=seconds, seconds_max=seconds, seconds_iqr=0.0,
-                first_seconds=seconds, repeats=1, gflops=gflops(size, seconds),
-                warm_seconds=performanceTest(device, size, dtype), **found)
 
 
 def _product_fields(m: timing.Measurement, size: int, figure: str) -> dict:
@@ -142,18 +108,22 @@ def _product_fields(m: timing.Measurement, size: int, figure: str) -> dict:
                 noisy=m.noisy, telemetry=m.telemetry, load_average=m.load_average)
 
 
-def _record(measure: Callable[[], dict], **common) -> dict:
-    """One measurement's record: "skipped" where the device cannot run it, "oom", or measured."""
-    reason = unsupported_reason(common["device"], common["dtype"])
-    if reason is not None:
-        return results.make_record("matmul", status="skipped", error=reason, repeats=0, **common)
+def _record(device: str, size: int, dtype: str, method: str, measure: Callable[[], dict], *,
+            notebook: str, env: str | None, **more) -> dict:
+    """One measurement's record: "skipped" where the GPU cannot run `dtype`, "oom", or measured."""
+    common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
+                  size=size, dtype=dtype, method=method, tf32=tf32_of(device, dtype), **more)
+    reason = None
+    if (gpu := _peaks(device)) is not None:
+        common["spec_peak_gflops"] = gpu.spec_peak(device, dtype, bool(common["tf32"]))
+        reason = gpu.unsupported_reason(device, dtype)
     try:
-        fields = measure()
+        fields = dict(status="skipped", error=reason, repeats=0) if reason else measure()
     except Exception as exc:
         if not backends.is_oom(exc):
             raise
         status, error = backends.failure(exc)
-        return results.make_record("matmul", status=status, error=error, repeats=0, **common)
+        fields = dict(status=status, error=error, repeats=0)
     return results.make_record("matmul", **fields, **common)
 
 
@@ -162,46 +132,39 @@ def performance_test(device_name: str, size: int, method: str = "book", repeats:
                      env: str | None = None, aligned_from: int | None = None,
                      true_float32: bool = False) -> dict:
     """Multiply two size x size matrices on `device_name`: the measurement's record."""
-    device = devices.resolve(device_name)
+    device, (dtype,) = devices.resolve(device_name), check_dtypes([dtype])
     positive_int("size", size)
-    check_method(method)
-    (dtype,) = check_dtypes([dtype])
     positive_int("repeats", repeats)
+
+    def measure() -> dict:  # the book's: the chapter's performanceTest, then again at that shape
+        if method != "book":
+            return _product_fields(rigorous_test(device, size, dtype, repeats), size, "median")
+        with timing.region(device) as found:
+            seconds = performanceTest(device, size, dtype)
+        return dict(seconds=seconds, seconds_min=seconds, seconds_max=seconds, seconds_iqr=0.0,
+                    first_seconds=seconds, repeats=1, gflops=gflops(size, seconds),
+                    warm_seconds=performanceTest(device, size, dtype), **found)
+
     with backend.float32_precision(False) if true_float32 else contextlib.nullcontext():
-        common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                      size=size, dtype=dtype, method=method, tf32=tf32_of(device, dtype),
-                      spec_peak_gflops=spec_peak(device, dtype), aligned_from=aligned_from)
-        if method == "book":
-            return _record(lambda: _book(device, size, dtype), **common)
-        return _record(lambda: _product_fields(rigorous_test(device, size, dtype, repeats), size,
-                                               "median"), **common)
+        return _record(device, size, dtype, check_method(method), measure, notebook=notebook,
+                       env=env, aligned_from=aligned_from)
 
 
 def peak(device_name: str, dtype: str = "float32", *, notebook: str,
          env: str | None = None) -> dict:
     """The peak probe's record: the fastest block at PEAK_SIZE, each "% of achievable"'s base."""
-    device = devices.resolve(device_name)
-    (dtype,) = check_dtypes([dtype])
+    device, (dtype,) = devices.resolve(device_name), check_dtypes([dtype])
     size = PEAK_SIZE["cpu" if device.startswith("cpu") else "gpu"]
-    common = dict(notebook=notebook, env=env or results.default_env_name(), device=device,
-                  size=size, dtype=dtype, method=results.PEAK_METHOD, tf32=tf32_of(device, dtype),
-                  spec_peak_gflops=spec_peak(device, dtype))
-    return _record(lambda: _product_fields(rigorous_test(device, size, dtype, PEAK_REPEATS),
-                                           size, "min"), **common)
-
-
-def _devices(device_names: Sequence[str]) -> list[str]:
-    """The devices resolved, at least one."""
-    if not device_names:
-        raise ValueError("devices is empty; pass at least one, e.g. [\"cpu\"]")
-    return [devices.resolve(name) for name in device_names]
+    return _record(device, size, dtype, results.PEAK_METHOD, lambda: _product_fields(
+        rigorous_test(device, size, dtype, PEAK_REPEATS), size, "min"), notebook=notebook, env=env)
 
 
 def peaks_for(device_names: Sequence[str], dtypes: str | Sequence[str], *,
               store: results.ResultsStore | None = None, env: str | None = None,
               notebook: str, progress: Callable[[dict], None] | None = None) -> list[dict]:
     """This env's peak record per device and dtype: the stored one, else a new `peak`, stored."""
-    resolved, dtypes = _devices(device_names), check_dtypes(dtypes)
+    resolved = [devices.resolve(n) for n in check_value("devices", device_names or [])]
+    dtypes = check_dtypes(dtypes)
     env = env or results.default_env_name()
     stored = store.read() if store is not None else []
     found = []
@@ -228,55 +191,52 @@ def sweep(sizes: Sequence[int], device_names: Sequence[str], methods: Sequence[s
           notebook: str = "performanceTest", progress: Callable[[dict], None] | None = None,
           true_float32: bool = False) -> list[dict]:
     """`performance_test` of every size, device, dtype (and true float32) and method, stored."""
-    sizes, resolved = check_value("sizes", sizes), _devices(device_names)
+    sizes, dtypes = check_value("sizes", sizes), check_dtypes(dtype)
+    resolved = [devices.resolve(n) for n in check_value("devices", device_names or [])]
     for method in methods:
         check_method(method)
-    dtypes = check_dtypes(dtype)
     positive_int("repeats", repeats)
-    if not isinstance(true_float32 := check_value("true_float32", true_float32), bool):
-        raise ValueError(f"true_float32 must be True or False, got {true_float32!r}")
+    true_float32 = check_value("true_float32", true_float32)
     records = []
     for size, device, one_dtype in itertools.product(sizes, resolved, dtypes):
         strict = [False, True] if true_float32 and tf32_of(device, one_dtype) else [False]
+        gpu = _peaks(device)
+        aligned = gpu.aligned_companion(size, device, one_dtype) if gpu is not None else None
         for off, method in itertools.product(strict, methods):
             jobs = [(size, None)]
-            aligned = aligned_companion(size, device, one_dtype) if method == "rigorous" else None
-            if aligned is not None and aligned not in sizes:
+            if method == "rigorous" and aligned is not None and aligned not in sizes:
                 jobs.append((aligned, size))
             for n, aligned_from in jobs:
-                record = performance_test(device, n, method, repeats, one_dtype,
-                                          notebook=notebook, env=env, aligned_from=aligned_from,
-                                          true_float32=off)
+                records.append(performance_test(device, n, method, repeats, one_dtype,
+                                                notebook=notebook, env=env,
+                                                aligned_from=aligned_from, true_float32=off))
                 if store is not None:
-                    store.append(record)
-                records.append(record)
+                    store.append(records[-1])
                 if progress is not None:
-                    progress(record)
+                    progress(records[-1])
     return records
 
 
 def describe(record: dict) -> str:
     """One line for a matmul record, for progress output (times in ms)."""
-    dtype = fmt.dtype_label(record["dtype"], record.get("tf32"))
-    if record.get("method") == results.PEAK_METHOD:
-        head = f"peak probe n={record['size']} {record['device']} {dtype}:"
-        if record["status"] != "ok":
-            return f"{head} {record['status'].upper()}: {record['error']}"
-        return (f"{head} {record['gflops']:.1f} GFLOP/s (fastest of {record['repeats']} blocks of "
-                f"{record['products_per_block']})")
-    head = (f"{record['size']:>5} x {record['size']:<5} {record['device']:<6} {dtype:<8} "
-            f"{record['method']:<9}")
-    if record["status"] != "ok":
-        return f"{head} {record['status'].upper()}: {record['error']}"
-    line = f"{head} {1e3 * record['seconds']:9.4g} ms {record['gflops']:9.1f} GFLOP/s"
-    if record.get("spec_peak_gflops"):
-        line += f" ({100 * record['gflops'] / record['spec_peak_gflops']:.0f}% of datasheet peak)"
-    if record.get("call_seconds") is not None:
-        line += f"  one call {1e3 * record['call_seconds']:.4g} ms"
-    if record.get("noisy"):
-        line += f"  NOISY (spread {100 * record['relative_spread']:.0f}%)"
-    if record.get("warm_seconds") is not None:
-        line += f"  again {1e3 * record['warm_seconds']:.4g} ms"
-    if record.get("aligned_from") is not None:
-        line += f"  (n={record['aligned_from']} aligned)"
+    r, dtype = record, fmt.dtype_label(record["dtype"], record.get("tf32"))
+    peak_probe = r.get("method") == results.PEAK_METHOD
+    head = (f"peak probe n={r['size']} {r['device']} {dtype}:" if peak_probe else
+            f"{r['size']:>5} x {r['size']:<5} {r['device']:<6} {dtype:<8} {r['method']:<9}")
+    if r["status"] != "ok":
+        return f"{head} {r['status'].upper()}: {r['error']}"
+    if peak_probe:
+        return (f"{head} {r['gflops']:.1f} GFLOP/s (fastest of {r['repeats']} blocks of "
+                f"{r['products_per_block']})")
+    line = f"{head} {1e3 * r['seconds']:9.4g} ms {r['gflops']:9.1f} GFLOP/s"
+    if r.get("spec_peak_gflops"):
+        line += f" ({100 * r['gflops'] / r['spec_peak_gflops']:.0f}% of datasheet peak)"
+    if r.get("call_seconds") is not None:
+        line += f"  one call {1e3 * r['call_seconds']:.4g} ms"
+    if r.get("noisy"):
+        line += f"  NOISY (spread {100 * r['relative_spread']:.0f}%)"
+    if r.get("warm_seconds") is not None:
+        line += f"  again {1e3 * r['warm_seconds']:.4g} ms"
+    if r.get("aligned_from") is not None:
+        line += f"  (n={r['aligned_from']} aligned)"
     return line

@@ -1,11 +1,8 @@
-"""The book's three models and its data preparation, exported from the chapters' `#@save` cells
-(with two of the book's bugs fixed: softmax applied twice, dropout on while evaluating), and a
-model's training FLOPs per sample.
-"""
+"""The book's three models, exported from the chapters' `#@save models` cells (with two of the
+book's bugs fixed: softmax applied twice, dropout on while evaluating), built by name. The CPU
+chapters define their own model and never load this module."""
 
 from __future__ import annotations
-
-import math
 
 from gpubench import backends, params
 
@@ -29,28 +26,6 @@ def mlp_h1000(learning_rate=1e-3, **compile_options):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], **compile_options)  # gpubench passes XLA and steps here
     return model
-
-
-# The book's validation sets: the last 5,000 of MNIST's 60,000 training images; 0.2 of CIFAR-10's.
-VALIDATION_FRACTION = {"mnist": 5_000 / 60_000, "fashion_mnist": 5_000 / 60_000, "cifar10": 0.2}
-
-
-def prepare(data, input_shape, validation_fraction=None):
-    """The book's preparation: pixels 0..255 to float32 in [0, 1], each image shaped
-    `input_shape` (the model's), the last `validation_fraction` of the training images held
-    out (None: the book's). Returns (x, y) of the training, validation and test images."""
-    if math.prod(input_shape) != math.prod(data.x_train.shape[1:]):
-        raise ValueError(f"{data.name} images are {data.x_train.shape[1:]}, but the model takes "
-                         f"{tuple(input_shape)}: choose a dataset or a model that fits the other")
-
-    def scaled(images):
-        return images.reshape((len(images), *input_shape)).astype("float32") / 255
-
-    if validation_fraction is None:
-        validation_fraction = VALIDATION_FRACTION[data.name]
-    x, y = scaled(data.x_train), data.y_train
-    cut = len(x) - round(len(x) * validation_fraction)
-    return (x[:cut], y[:cut]), (x[cut:], y[cut:]), (scaled(data.x_test), data.y_test)
 
 
 def mnist_cnn(learning_rate=1e-4, **compile_options):
@@ -101,16 +76,4 @@ BUILDERS = {"mlp_h1000": mlp_h1000, "mnist_cnn": mnist_cnn, "cifar_cnn": cifar_c
 
 def build(name: str, **options):
     """Build and compile one of MODELS by name; `options` go to its builder."""
-    if name not in BUILDERS:
-        raise ValueError(f"unknown model {name!r}; use one of {', '.join(MODELS)}")
-    return BUILDERS[name](**options)
-
-
-def flops_per_sample(model) -> int:
-    """Training FLOPs of one image: 3 x 2 x the multiply-adds of the Dense and Conv2D layers."""
-    macs = 0
-    for layer in model.layers:
-        if isinstance(layer, (layers.Dense, layers.Conv2D)):
-            positions = math.prod(layer.output.shape[1:-1])  # 1 for Dense, H x W for Conv2D
-            macs += math.prod(layer.kernel.shape) * positions
-    return 3 * 2 * macs
+    return BUILDERS[params.check_value("model", name)](**options)

@@ -1,7 +1,6 @@
-"""The chapters' charts and matmul tables, which the report draws too. Each chart draws on the
-Axes or Figure given, else on a new pyplot figure; matplotlib loads only to draw. A float32 that
-may use TF32 is "float32 (TF32)" (`fmt.dtype_label`) in every series key, legend and title.
-"""
+"""The chapters' charts and matmul tables, which the report draws too: each on the Axes or Figure
+given, else on a new pyplot figure (matplotlib loads only to draw). A float32 that may use TF32
+is "float32 (TF32)" (`fmt.dtype_label`) in every series key, legend and title."""
 
 from __future__ import annotations
 
@@ -18,9 +17,9 @@ BOOK_SECONDS = {
     "cpu": {500: 0.185, 1000: 0.132, 2000: 0.435, 3000: 0.977, 4000: 2.030, 5000: 3.656},
 }
 BOOK_DEVICES = {"gpu": "GeForce GT 720", "cpu": "its CPU"}
-# The three timings of a sweep (docs/records.md): product time (products queued back to back,
-# per product), call latency (one product from the call until its result is ready on the
-# device, a sync) and the book's single timing (set-up included).
+# A sweep's three timings (docs/records.md): product time (per product, queued back to back),
+# call latency (one product from the call until its result is ready on the device (a sync)) and
+# the book's single timing (set-up included).
 PRODUCT, CALL, BOOK = "product", "call", "book"
 QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's single timing"}
 _STYLE = {PRODUCT: "-", CALL: "--", BOOK: ":"}
@@ -125,28 +124,22 @@ def log_if_wide(ax, values: list[float], axis: str = "y"):
     return ax
 
 
-def _line(ax, points: list[tuple], index: int, colour: str, style: str, label: str) -> None:
-    """One series on `ax`: filled markers, hollow where the point was noisy (`p[3]`)."""
-    xs, ys = [p[0] for p in points], [p[index] for p in points]
-    ax.plot(xs, ys, color=colour, marker="o", linestyle=style, label=label)
-    noisy = [(p[0], p[index]) for p in points if p[3]]
-    if noisy:
-        first = NOISY not in ax.get_legend_handles_labels()[1]
-        ax.plot(*zip(*noisy, strict=True), linestyle="none", marker="o", color=colour,
-                markerfacecolor="white", label=NOISY if first else None)
-
-
-def _lines(ax, series: dict, index: int) -> list[float]:
-    """Draw each series (a colour per column, device and dtype; the timing sets the style)."""
+def _lines(ax, series: dict, index: int, dtypes: bool = False) -> list[float]:
+    """Draw each series, a colour per column, device and dtype, the timing's style, markers
+    hollow where noisy; the dtype named where there are several (or `dtypes`), the column too."""
     colours: dict = {}
     values = []
-    for key, points in series.items():
-        column, device, quantity, dtype = key
+    dtypes = dtypes or len({k[3] for k in series}) > 1
+    for (column, device, quantity, dtype), points in series.items():
         colour = colours.setdefault((column, device, dtype), f"C{len(colours) % 10}")
-        label = (f"{device}{' ' + dtype if len({k[3] for k in series}) > 1 else ''} "
-                 f"({QUANTITY_TITLES[quantity]})"
+        label = (f"{device}{' ' + dtype if dtypes else ''} ({QUANTITY_TITLES[quantity]})"
                  + (f" — {column}" if len({k[0] for k in series}) > 1 else ""))
-        _line(ax, points, index, colour, _STYLE[quantity], label)
+        ax.plot([p[0] for p in points], [p[index] for p in points], color=colour, marker="o",
+                linestyle=_STYLE[quantity], label=label)
+        if noisy := [(p[0], p[index]) for p in points if p[3]]:
+            first = NOISY not in ax.get_legend_handles_labels()[1]
+            ax.plot(*zip(*noisy, strict=True), linestyle="none", marker="o", color=colour,
+                    markerfacecolor="white", label=NOISY if first else None)
         values += [p[index] for p in points]
     return values
 
@@ -178,11 +171,10 @@ def plot_book(records: list[dict], ax, stored: bool = True):
     values = _lines(ax, {k: v for k, v in matmul_series(records).items() if k[2] == BOOK}, 1)
     if stored:
         for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
-            sizes = sorted(BOOK_SECONDS[device])
-            ax.plot(sizes, [BOOK_SECONDS[device][n] for n in sizes], color=shade, linestyle="--",
-                    marker="x", label=f"the book: {BOOK_DEVICES[device]}, one run each, set-up "
-                                      "included")
-            values += list(BOOK_SECONDS[device].values())
+            book = BOOK_SECONDS[device]  # its sizes in order
+            ax.plot(list(book), list(book.values()), color=shade, linestyle="--", marker="x",
+                    label=f"the book: {BOOK_DEVICES[device]}, one run each, set-up included")
+            values += book.values()
         ax.plot([], [], " ", label="a JAX or compiled first call sits above them: compiling "
                                    "each new shape is inside this one timing")
     log_if_wide(ax, values)
@@ -196,19 +188,10 @@ def plot_speedup(records: list[dict], ax=None, pairing=None):
     if not found:
         return None
     ax = axes(ax, (8, 5))
-    several = len({s["column"] for s in found}) > 1
-    colours: dict = {}
-    values = [1.0]
-    for s in found:
-        colour = colours.setdefault((s["column"], s["device"], s["dtype"]),
-                                    f"C{len(colours) % 10}")
-        label = (f"{s['device']} {s['dtype']} vs CPU {s['cpu_dtype']}, "
-                 f"{QUANTITY_TITLES[s['quantity']]}" + (f" — {s['column']}" if several else ""))
-        points = [(n, ratio, None, n in s["noisy"]) for n, ratio in s["points"]]
-        _line(ax, points, 1, colour, _STYLE[s["quantity"]], label)
-        values += [p[1] for p in s["points"]]
+    series = {(s["column"], s["device"], s["quantity"], f"{s['dtype']} vs CPU {s['cpu_dtype']}"):
+              [(n, ratio, None, n in s["noisy"]) for n, ratio in s["points"]] for s in found}
+    log_if_wide(ax, [1.0, *_lines(ax, series, 1, dtypes=True)])
     ax.axhline(1.0, color="black", linewidth=0.8)
-    log_if_wide(ax, values)
     size_axis(ax, ylabel="speedup (CPU time / GPU time)",
               title="GPU speedup over the CPU of the same machine and backend (above 1: GPU "
                     "faster)")
@@ -283,8 +266,8 @@ def _row(r: dict, records: list[dict]) -> dict[str, str]:
     return {"product time": fmt_time(product),
             "spread": fmt(r.get("relative_spread"), ".0%") + (" noisy" if r.get("noisy") else ""),
             "GFLOP/s": fmt(r.get("gflops"), ",.0f") if product is not None else MISSING,
-            "% of datasheet peak": _share(r.get("gflops"), r.get("spec_peak_gflops"),
-                                          "above the datasheet figure; check gpubench/peaks.py"),
+            "% of datasheet peak": _share(r.get("gflops"), r.get("spec_peak_gflops"), "above the "
+                                          "datasheet figure; check gpubench/tables/peaks.json"),
             "% of achievable": _share(r.get("gflops"), achievable, "above the peak probe"),
             "call latency": fmt_time(call),
             "launch and sync per call": _difference(

@@ -1,18 +1,14 @@
-"""Honest clocks: every timed region ends with a sync; the first call is reported apart.
-
-Call latency (`measure`): one call until its result is ready on the device (a sync). Product
-time (`measure_blocks`): calls queued back to back, one sync per block, blocks repeated until
-their spread is under NOISE_THRESHOLD or TIME_CAP_S is spent (nvbench's noise criterion).
-"""
+"""Honest clocks: every timed region ends with a sync; the first call is reported apart. Product
+time: blocks of queued calls, one sync each, repeated while noisy (nvbench's rule); call latency:
+one product from the call until its result is ready on the device (a sync)."""
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +20,6 @@ MAX_PER_BLOCK = 1024  # calls per block at most (memory: each queued call holds 
 NOISE_THRESHOLD = 0.05  # blocks repeat while IQR / median of their per-call times is above this
 TIME_CAP_S = 1.0  # ... until this many seconds of blocks have run, noisy or not
 STEADY_EPOCHS = "epochs 2..n"  # epoch 1 traces and compiles: every steady figure leaves it out
-_T = TypeVar("_T")
 
 
 def sync(*values: Any) -> None:
@@ -56,7 +51,7 @@ def summarize(times: Sequence[float]) -> Stats:
     return Stats(float(median), float(min(times)), float(max(times)), float(q3 - q1), len(times))
 
 
-def steady(per_epoch: Sequence[_T]) -> list[_T]:
+def steady(per_epoch: Sequence) -> list:
     """The steady epochs (or rounds) of a per-epoch list: all but the first (STEADY_EPOCHS)."""
     return list(per_epoch[1:])
 
@@ -144,13 +139,6 @@ def region(device: str | None) -> Iterator[dict]:
         found["load_average"] = highest(found["load_average"], machine.load_average())
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    """Seconds of one call of `fn`, up to the sync on what it returned."""
-    start = time.perf_counter()
-    sync(fn())
-    return time.perf_counter() - start
-
-
 def _block(fn: Callable[[], Any], calls: int) -> float:
     """Seconds of `calls` calls queued back to back, one sync on the last (the one kept)."""
     start = time.perf_counter()
@@ -160,20 +148,10 @@ def _block(fn: Callable[[], Any], calls: int) -> float:
     return time.perf_counter() - start
 
 
-def _warm(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
-    """Check the counts, make `warmup` calls of `fn`; the first one's seconds (it compiles)."""
-    positive_int("warmup", warmup)
-    positive_int("repeats", repeats)
-    return [_timed(fn) for _ in range(warmup)][0]
-
-
 def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
             device: str | None = None) -> Measurement:
     """Call latency: after `warmup` calls (the first kept apart), `repeats` calls, a sync each."""
-    first = _warm(fn, warmup, repeats)
-    with region(device) as found:
-        times = [_timed(fn) for _ in range(repeats)]
-    return Measurement(first, times, **found)
+    return measure_blocks(fn, warmup, repeats, device=device, most=1, threshold=float("inf"))
 
 
 def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
@@ -181,11 +159,13 @@ def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
                    most: int = MAX_PER_BLOCK, threshold: float = NOISE_THRESHOLD,
                    cap: float = TIME_CAP_S) -> Measurement:
     """Product time: blocks of calls, one sync each, at least `repeats`, more while noisy."""
-    first = _warm(fn, warmup, repeats)
+    positive_int("warmup", warmup)
+    positive_int("repeats", repeats)
+    first = [_block(fn, 1) for _ in range(warmup)][0]  # the first call compiles
     per_block = 1
     while per_block < most and _block(fn, per_block) < target:
         per_block = min(2 * per_block, most)
-    calls = [_timed(fn) for _ in range(repeats)] if per_block > 1 else []
+    calls = [_block(fn, 1) for _ in range(repeats)] if per_block > 1 else []
     times, spent = [], 0.0
     with region(device) as found:
         while len(times) < repeats or (summarize(times).spread > threshold and spent < cap):
@@ -234,8 +214,7 @@ def train_fields(epoch_seconds: Sequence[float], train_samples: int,
     rate = train_samples / per_epoch if per_epoch else None
     flops = flops_per_sample * rate / 1e9 if rate and flops_per_sample else None
     return dict(epoch_seconds=epochs, first_epoch_seconds=epochs[0] if epochs else None,
-                steady_epoch_seconds=stats.median if stats else None,
-                steady_epoch_iqr=stats.iqr if stats else None,
+                steady_epoch_seconds=stats and stats.median, steady_epoch_iqr=stats and stats.iqr,
                 total_seconds=float(sum(epochs)) if epochs else None, samples_per_second=rate,
                 achieved_gflops=flops)
 
@@ -245,5 +224,5 @@ def busy_percent(epoch_util: Sequence[float | None] | None,
     """GPU busy %: the median of the steady epochs' figures, else the run's mean (and True)."""
     found = [u for u in steady(epoch_util or []) if u is not None]
     if found:
-        return statistics.median(found), False
+        return float(np.median(found)), False
     return run_mean, run_mean is not None

@@ -1,15 +1,15 @@
-"""Build a model in a recorded mode, and record a training run the chapter did itself (its
-`model.fit` with `timing.epoch_timer` as a callback, then `model.evaluate`) as one train record.
-"""
+"""Prepare the data (the MLP chapter's `#@save training` cell), build a model in a recorded mode,
+count its FLOPs, and record a training run the chapter did itself (its `model.fit` with
+`timing.epoch_timer` as a callback, then `model.evaluate`) as one train record."""
 
 from __future__ import annotations
 
-import functools
+import math
 from collections import namedtuple
 
 import numpy as np
 
-from gpubench import backends, devices, fmt, matmul, models, results, timing
+from gpubench import backends, devices, fmt, matmul, results, timing
 from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
 
@@ -17,28 +17,56 @@ CHANCE = 0.1  # ten classes
 Split = namedtuple("Split", "x_train y_train x_val y_val x_test y_test")
 Split.__doc__ = "Model-ready float32 arrays: train, validation and test."
 
+# Written by tools/export_chapters.py from the chapters' #@save cells: edit those.
+# BEGIN CHAPTER CODE from Mnist_MLP_h1000
 
-@functools.cache
-def input_shape(model_name: str) -> tuple:
-    """The input shape of one of the book's models, as its chapter builds it."""
-    return tuple(models.build(check_value("model", model_name)).input_shape[1:])
+
+# The book's validation sets: the last 5,000 of MNIST's 60,000 training images; 0.2 of CIFAR-10's.
+VALIDATION_FRACTION = {"mnist": 5_000 / 60_000, "fashion_mnist": 5_000 / 60_000, "cifar10": 0.2}
+
+
+def prepare(data, input_shape, validation_fraction=None):
+    """The book's preparation: pixels 0..255 to float32 in [0, 1], each image shaped
+    `input_shape` (the model's), the last `validation_fraction` of the training images held
+    out (None: the book's). Returns (x, y) of the training, validation and test images."""
+    if math.prod(input_shape) != math.prod(data.x_train.shape[1:]):
+        raise ValueError(f"{data.name} images are {data.x_train.shape[1:]}, but the model takes "
+                         f"{tuple(input_shape)}: choose a dataset or a model that fits the other")
+
+    def scaled(images):
+        return images.reshape((len(images), *input_shape)).astype("float32") / 255
+
+    if validation_fraction is None:
+        validation_fraction = VALIDATION_FRACTION[data.name]
+    x, y = scaled(data.x_train), data.y_train
+    cut = len(x) - round(len(x) * validation_fraction)
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:]), (scaled(data.x_test), data.y_test)
+
+
+# END CHAPTER CODE
+
+
+def _builder(model_name: str):
+    """The book's builder of `model_name` (gpubench.models loads only for a name)."""
+    from gpubench import models  # noqa: PLC0415 - the book's models, not a chapter's own
+
+    return models.BUILDERS[check_value("model", model_name)]
 
 
 def split(model_name: str, data: Dataset) -> Split:
-    """`data` prepared for one of the book's models by the chapters' `models.prepare`."""
-    return Split(*sum(models.prepare(data, input_shape(model_name)), ()))
+    """`data` prepared by `prepare` for one of the book's models, by name."""
+    return Split(*sum(prepare(data, _builder(model_name)().input_shape[1:]), ()))
 
 
 def build_model(model_name, device: str, *, precision: str = "float32",
                 learning_rate: float | None = None, xla: str = "off", steps_per_execution: int = 1):
     """A book model (by name) or a builder's, compiled on `device` in the mode given."""
-    builder = (model_name if callable(model_name)
-               else models.BUILDERS[check_value("model", model_name)])
+    builder = model_name if callable(model_name) else _builder(model_name)
     options = dict(jit_compile=backends.current().jit_compile(check_value("xla", xla)),
                    steps_per_execution=positive_int("steps_per_execution", steps_per_execution))
     if learning_rate is not None:
         options["learning_rate"] = learning_rate
-    policy = models.keras.mixed_precision
+    policy = backends.keras().mixed_precision
     previous = policy.global_policy()
     policy.set_global_policy(check_value("precision", precision))
     try:
@@ -48,12 +76,20 @@ def build_model(model_name, device: str, *, precision: str = "float32",
         policy.set_global_policy(previous)
 
 
+def flops_per_sample(model) -> int:
+    """Training FLOPs of one image: 3 x 2 x the multiply-adds of the Dense and Conv2D layers."""
+    layers = backends.keras().layers
+    return 3 * 2 * sum(math.prod(layer.kernel.shape) * math.prod(layer.output.shape[1:-1])
+                       for layer in model.layers  # output positions: 1, or H x W for Conv2D
+                       if isinstance(layer, (layers.Dense, layers.Conv2D)))
+
+
 def mode_fields(model, *, input_pipeline: str = "arrays", device: str | None = None) -> dict:
     """The mode a compiled model trains in, as Keras resolved it; with `device`, `tf32` too."""
     fields = dict(jit_compile=bool(model.jit_compile), precision=model.dtype_policy.name,
                   steps_per_execution=int(model.steps_per_execution),
                   input_pipeline=check_value("input_pipeline", input_pipeline),
-                  flops_per_sample=models.flops_per_sample(model))
+                  flops_per_sample=flops_per_sample(model))
     if device is not None:
         fields["tf32"] = matmul.tf32_of(devices.resolve(device), model.dtype_policy.compute_dtype)
     return fields
@@ -97,11 +133,10 @@ def record(model, history, timer, data: Dataset, *, batch_size: int,
         epoch_load_average=timer.epoch_load_average)
     if error is not None:
         message = f"{type(error).__name__} after {len(timer.epoch_seconds)} epoch(s): {error}"
-        made = results.make_record("train", status=backends.failure(error)[0],
-                                   error=message.strip(), **fields)
+        fields.update(status=backends.failure(error)[0], error=message.strip())
     else:
-        loss, accuracy = map(float, test)
-        made = results.make_record("train", test_loss=loss, test_accuracy=accuracy, **fields)
+        fields.update(test_loss=float(test[0]), test_accuracy=float(test[1]))
+    made = results.make_record("train", **fields)
     if store is not None:
         store.append(made)
     return made
@@ -140,5 +175,6 @@ def summary(record: dict) -> str:
         f"  data:         {r['dataset']} from {r['data_source']}"
         + (" — NOT the real dataset" if r["data_source"] == "synthetic" else ""),
         "  telemetry:    " + fmt.telemetry_line(r["telemetry"], r["epochs"],
-                                                r.get("epoch_gpu_util_percent")),
+                                                r.get("epoch_gpu_util_percent"),
+                                                r.get("epoch_energy_joules")),
     ])

@@ -29,7 +29,8 @@ READING_ORDER = (*params.NOTEBOOKS, "Compare_CPU_GPU")
 # env, the torch env) each live in one file, so no run is made twice. The files that take
 # longest go first, so the two workers end at about the same time; the rest keep their order.
 LONGEST_FIRST = ("test_runner.py", "test_jax_env.py", "test_torch_env.py", "test_notebooks.py",
-                 "test_scaling.py", "test_runner_crashes.py", "test_factors.py")
+                 "test_scaling.py", "test_runner_crashes.py", "test_factors.py", "test_chapter.py",
+                 "test_library.py")
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -190,9 +191,9 @@ def chapter_fit(model, data, *, epochs: int, batch_size: int, device: str = "cpu
                 store=None, callbacks=()):
     """The training chapters' cells: prepare, fit with the epoch timer, evaluate, record.
     Returns (record, history); `callbacks` go after the timer (a test's own)."""
-    from gpubench import devices, models, timing, training
+    from gpubench import devices, timing, training
 
-    (x_train, y_train), (x_val, y_val), (x_test, y_test) = models.prepare(
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = training.prepare(
         data, model.input_shape[1:])
     timer = timing.epoch_timer(device)
     with devices.scope(device):

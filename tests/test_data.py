@@ -19,7 +19,8 @@ import pytest
 
 from conftest import FASHION_DIR, REPO
 from gpubench import data
-from gpubench.data import DataError, DataUnavailable, WrongDataset, files
+from gpubench.data import files
+from gpubench.data.files import DataError, DataUnavailable, WrongDataset
 
 # ---------------------------------------------------------------- fixtures and writers
 
@@ -65,7 +66,7 @@ def make_arrays(n_train: int = 50, n_test: int = 20, seed: int = 0) -> dict[str,
             "y_test": rng.integers(0, 10, n_test).astype(np.uint8)}
 
 
-IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), data.IDX_FILES, strict=True))
+IDX = dict(zip(("x_train", "y_train", "x_test", "y_test"), files.IDX_FILES, strict=True))
 
 
 def idx_name(key: str, gz: bool = True) -> str:
@@ -108,7 +109,7 @@ class Py2Pickler(pickle._Pickler):
 def cifar_batches(n: int = 10) -> dict[str, tuple[np.ndarray, list[int]]]:
     rng = np.random.default_rng(1)
     return {b: (rng.integers(0, 256, (n, 3072), dtype=np.uint8), [int(v) for v in rng.integers(0, 10, n)])
-            for b in data.CIFAR10_BATCHES}
+            for b in files.CIFAR10_BATCHES}
 
 
 def cifar_pickle(pixels: np.ndarray, labels: list[int], style: str = "py2") -> bytes:
@@ -257,7 +258,7 @@ def test_missing_files_are_named_with_the_expected_layout(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     message = error("mnist", "dir", empty)
-    assert all(base in message for base in data.IDX_FILES) and "mnist.npz" in message
+    assert all(base in message for base in files.IDX_FILES) and "mnist.npz" in message
 
 
 def test_data_dir_that_does_not_exist(tmp_path):
@@ -295,7 +296,7 @@ def test_real_fashion_mnist_idx_files():
 def fashion_files(folder: Path, form: str) -> Path:
     """The real Fashion-MNIST files in `folder`: as installed ("gz"), or decompressed ("raw")."""
     folder.mkdir(parents=True, exist_ok=True)
-    for base in data.IDX_FILES:
+    for base in files.IDX_FILES:
         source = FASHION_DIR / f"{base}.gz"
         if form == "gz":
             (folder / source.name).symlink_to(source)
@@ -379,7 +380,7 @@ def test_keras_cache_holding_the_other_dataset_is_an_error(tmp_path, monkeypatch
     folder = cache_dir(tmp_path) / "fashion-mnist"
     write_idx_dir(folder)
     table = dict(files.OFFICIAL_SHA256)
-    fake = {sha256(folder / f"{base}.gz"): ("mnist", base) for base in data.IDX_FILES}
+    fake = {sha256(folder / f"{base}.gz"): ("mnist", base) for base in files.IDX_FILES}
     monkeypatch.setattr(files, "OFFICIAL_SHA256", table | fake)  # these files are "MNIST's" now
     for source in ("keras", "auto"):
         with pytest.raises(WrongDataset) as info:
@@ -400,9 +401,9 @@ def test_official_checksum_table():
     assert all(len(s) == 64 and int(s, 16) >= 0 for s in sums)
     for name in ("mnist", "fashion_mnist"):  # each IDX file by its decompressed bytes
         assert sorted(base for dataset, base in sums.values() if dataset == name) == sorted(
-            [*data.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
+            [*files.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
     assert sums[files.MNIST_SHA256] == ("mnist", "mnist.npz")
-    assert sums[files.CIFAR10_SHA256] == ("cifar10", data.CIFAR10_ARCHIVE)
+    assert sums[files.CIFAR10_SHA256] == ("cifar10", files.CIFAR10_ARCHIVE)
 
 
 # ---------------------------------------------------------------- CIFAR-10 (source="dir")

@@ -183,7 +183,7 @@ def test_datasheet_peaks(name, dtype, expected):
 
 
 def test_every_table_entry_names_its_source():
-    for pattern, values, source in peaks.TABLE:
+    for pattern, values, source in peaks.TABLE:  # from tables/peaks.json
         assert values and len(source) > 30, pattern
 
 
@@ -197,9 +197,9 @@ def test_matmul_record_gets_the_table_peak_of_its_gpu(monkeypatch):
         {"name": "NVIDIA L4", "memory_gb": 22.0, "driver": "550"},
         {"name": "Some Future GPU", "memory_gb": 8.0, "driver": "550"}])
     monkeypatch.setattr(results, "environment_snapshot", lambda: snapshot)
-    assert matmul.spec_peak("gpu:0", "bfloat16") == 121_000
-    assert matmul.spec_peak("gpu:1", "bfloat16") is None
-    assert matmul.spec_peak("cpu", "float32") is None
+    assert peaks.spec_peak("gpu:0", "bfloat16") == 121_000
+    assert peaks.spec_peak("gpu:1", "bfloat16") is None
+    assert peaks.spec_peak("cpu", "float32") is None
     record = matmul.performance_test("cpu", 32, method="book")
     assert record["spec_peak_gflops"] is None
 
@@ -214,12 +214,12 @@ def test_a_dtype_the_gpu_cannot_run_is_skipped_and_says_why(monkeypatch):
     capabilities = [(7, 5), (8, 0)]  # a Turing and an Ampere GPU
     monkeypatch.setattr(backends.current(), "compute_capability",
                         lambda i: capabilities[i] if i < len(capabilities) else None)
-    assert matmul.unsupported_reason("gpu:0", "bfloat16") == (
+    assert peaks.unsupported_reason("gpu:0", "bfloat16") == (
         "gpu:0 has compute capability 7.5; bfloat16 needs 8.0 or newer")
-    assert matmul.unsupported_reason("gpu:1", "bfloat16") is None
-    assert matmul.unsupported_reason("gpu:0", "float16") is None  # no minimum for float16
-    assert matmul.unsupported_reason("gpu:5", "bfloat16") is None  # unknown: let it try
-    assert matmul.unsupported_reason("cpu", "bfloat16") is None
+    assert peaks.unsupported_reason("gpu:1", "bfloat16") is None
+    assert peaks.unsupported_reason("gpu:0", "float16") is None  # no minimum for float16
+    assert peaks.unsupported_reason("gpu:5", "bfloat16") is None  # unknown: let it try
+    assert peaks.unsupported_reason("cpu", "bfloat16") is None
 
 
 @pytest.fixture
@@ -343,11 +343,11 @@ def test_aligned_size_rounds_up_to_16_bytes_of_values(size, dtype, expected):
 
 
 def test_aligned_sizes_are_added_on_a_gpu_at_16_bit_dtypes_only():
-    assert matmul.aligned_companion(2500, "gpu:0", "bfloat16") == 2504
-    assert matmul.aligned_companion(3500, "gpu:1", "float16") == 3504
-    assert matmul.aligned_companion(3000, "gpu:0", "bfloat16") is None  # a multiple of 8
-    assert matmul.aligned_companion(2500, "gpu:0", "float32") is None
-    assert matmul.aligned_companion(2500, "cpu", "bfloat16") is None
+    assert peaks.aligned_companion(2500, "gpu:0", "bfloat16") == 2504
+    assert peaks.aligned_companion(3500, "gpu:1", "float16") == 3504
+    assert peaks.aligned_companion(3000, "gpu:0", "bfloat16") is None  # a multiple of 8
+    assert peaks.aligned_companion(2500, "gpu:0", "float32") is None
+    assert peaks.aligned_companion(2500, "cpu", "bfloat16") is None
 
 
 def test_the_sweep_times_the_aligned_size_beside_the_book_size(fake_machine, monkeypatch,

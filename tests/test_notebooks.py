@@ -323,7 +323,7 @@ def test_nbval_fails_when_a_checked_output_changes(tmp_path, cpu_kernel):
 
 
 BOOK_CHAPTERS = ("performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN")
-CHAPTER_LINES = 2500  # issue 30: the four book chapters, run whole on a CPU, load at most this
+CHAPTER_LINES = 2500  # the four book chapters, run whole on a CPU, load at most this
 
 
 def lines_of(modules: dict[str, str | None]) -> dict[str, int]:

@@ -36,7 +36,8 @@ def test_book_learning_rates_and_dropout():
 
 def test_every_exporting_module_holds_exactly_its_chapters_saved_cells(tmp_path):
     """Chapter code has one source, its chapter's #@save cells; the library holds the export
-    (tools/export_chapters.py), and an edit in a chapter shows as a difference."""
+    (tools/export_chapters.py), a cell marked `#@save NAME` in gpubench/NAME.py alone, and an
+    edit in a chapter shows as a difference."""
     import shutil
 
     import nbformat
@@ -47,19 +48,44 @@ def test_every_exporting_module_holds_exactly_its_chapters_saved_cells(tmp_path)
     modules = {p.relative_to(REPO).as_posix(): export_chapters.chapters_of(p.read_text("utf-8"))
                for p in export_chapters.exporting_modules()}
     assert modules["gpubench/models.py"] == [list(params.TRAINING_NOTEBOOKS)]
-    chapters = [export_chapters.saved_code(REPO / "notebooks" / f"{nb}.ipynb")
+    assert modules["gpubench/training.py"] == [["Mnist_MLP_h1000"]]
+    chapters = [export_chapters.saved_code(REPO / "notebooks" / f"{nb}.ipynb", "models")
                 for nb in params.TRAINING_NOTEBOOKS]
     assert [c.split("(")[0] for c in chapters] == [f"def {m}" for m in models.MODELS]
+    assert "def prepare(" not in "".join(chapters)  # the data's preparation: training.py's
+    prepared = export_chapters.saved_code(REPO / "notebooks" / "Mnist_MLP_h1000.ipynb", "training")
+    assert "def prepare(" in prepared and "def mlp_h1000(" not in prepared
     for name in params.TRAINING_NOTEBOOKS:
         shutil.copy(REPO / "notebooks" / f"{name}.ipynb", tmp_path)
     edited = tmp_path / "Mnist_MLP_h1000.ipynb"
     nb = nbformat.read(edited, as_version=4)
-    cell = next(c for c in nb.cells if "#@save\n" in c.source)
+    cell = next(c for c in nb.cells if "#@save models\n" in c.source)
     cell.source = cell.source.replace("Dense(1000", "Dense(999")
     nbformat.write(nb, edited)
     models_py = (REPO / "gpubench" / "models.py").read_text(encoding="utf-8")
-    assert "Dense(999" in export_chapters.render(models_py, tmp_path)
+    assert "Dense(999" in export_chapters.render(models_py, tmp_path, "models")
     assert "Dense(999" not in models_py
+
+
+def test_a_chapters_own_model_loads_no_book_models():
+    """A chapter that defines its own model, as the CPU chapters do, builds, prepares and
+    counts it without loading gpubench.models (the book's builders load only by name)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom gpubench import backends, data, training\n"
+            "keras = backends.keras()\n"
+            "def mine(**options):\n"
+            "    model = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(10)])\n"
+            "    model.compile(loss='mse', **options)\n"
+            "    return model\n"
+            "model = training.build_model(mine, 'cpu')\n"
+            "dataset = data.load('mnist', 'synthetic', max_train_samples=10, verbose=False)\n"
+            "training.prepare(dataset, model.input_shape[1:])\n"
+            "assert training.mode_fields(model, device='cpu')['flops_per_sample'] == 6 * 7840\n"
+            "sys.exit('gpubench.models' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_flops_per_sample_counts_dense_and_conv_multiply_adds():
@@ -71,7 +97,7 @@ def test_flops_per_sample_counts_dense_and_conv_multiply_adds():
     cifar_cnn = (32 * 32 * 3 * 3 * 3 * 32      # conv 3x3, 3 -> 32
                  + 16 * 16 * 3 * 3 * 32 * 64   # conv 3x3, 32 -> 64 after the pool
                  + 8 * 8 * 64 * 1024 + 1024 * 10)
-    found = {name: models.flops_per_sample(models.build(name)) for name in models.MODELS}
+    found = {name: training.flops_per_sample(models.build(name)) for name in models.MODELS}
     assert found == {"mlp_h1000": 6 * mlp, "mnist_cnn": 6 * mnist_cnn, "cifar_cnn": 6 * cifar_cnn}
     assert found["mlp_h1000"] == 4_764_000  # DESIGN.md's worked example
 
@@ -100,7 +126,7 @@ def test_mode_fields_are_the_resolved_ones():
                                  steps_per_execution=8, learning_rate=0.5)
     assert training.mode_fields(model, input_pipeline="tf.data") == {
         "jit_compile": True, "precision": "mixed_bfloat16", "steps_per_execution": 8,
-        "input_pipeline": "tf.data", "flops_per_sample": models.flops_per_sample(model)}
+        "input_pipeline": "tf.data", "flops_per_sample": training.flops_per_sample(model)}
     assert model.layers[0].compute_dtype == "bfloat16"
     assert model.layers[-1].compute_dtype == "float32"  # the logits stay float32
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.5)
@@ -121,17 +147,17 @@ def test_dropout_is_off_when_evaluating():
 
 def test_prepare_splits_like_the_book():
     ds = data.load("mnist", source="synthetic", max_train_samples=1200, verbose=False)
-    (x_train, _), (x_val, _), (x_test, _) = models.prepare(ds, (784,))
+    (x_train, _), (x_val, _), (x_test, _) = training.prepare(ds, (784,))
     assert x_train.shape == (1100, 784) and x_val.shape == (100, 784)
     assert x_test.shape == (len(ds.x_test), 784)
     assert x_train.dtype == np.float32 and 0.0 <= x_train.min() <= x_train.max() <= 1.0
     assert training.split("mlp_h1000", ds).x_train.shape == (1100, 784)  # the same, by name
     cifar = data.load("cifar10", source="synthetic", max_train_samples=500, verbose=False)
     assert training.split("cifar_cnn", cifar).x_val.shape == (100, 32, 32, 3)
-    assert models.prepare(cifar, (32, 32, 3), validation_fraction=0.5)[1][0].shape[0] == 250
+    assert training.prepare(cifar, (32, 32, 3), validation_fraction=0.5)[1][0].shape[0] == 250
     with pytest.raises(ValueError, match=r"mnist images are \(28, 28\), but the model takes "
                                          r"\(32, 32, 3\)"):
-        models.prepare(ds, (32, 32, 3))
+        training.prepare(ds, (32, 32, 3))
 
 
 def test_train_record_is_complete_and_consistent(tmp_path):
@@ -163,7 +189,7 @@ def test_train_record_is_complete_and_consistent(tmp_path):
     assert record["flops_per_sample"] == 4_764_000
     assert record["achieved_gflops"] == pytest.approx(4_764_000 * record["samples_per_second"] / 1e9)
     assert record["test_accuracy"] == pytest.approx(history.model.evaluate(
-        *models.prepare(ds, (784,))[2], batch_size=100, verbose=0)[1])
+        *training.prepare(ds, (784,))[2], batch_size=100, verbose=0)[1])
     assert len(history.history["loss"]) == 3
     assert "synthetic" in training.summary(record) and "NOT the real dataset" in training.summary(record)
 
@@ -191,7 +217,7 @@ def test_interrupted_training_keeps_the_epochs_measured(tmp_path):
     ds = data.load("mnist", source="synthetic", max_train_samples=600, verbose=False)
     model = training.build_model("mlp_h1000", "cpu")
     timer = timing.epoch_timer("cpu")
-    (x_train, y_train), _, _ = models.prepare(ds, (784,))
+    (x_train, y_train), _, _ = training.prepare(ds, (784,))
     with pytest.raises(KeyboardInterrupt) as stopped:
         model.fit(x_train, y_train, batch_size=100, epochs=5, callbacks=[timer, StopAfterTwo()],
                   verbose=0)

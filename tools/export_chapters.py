@@ -8,8 +8,9 @@ of gpubench/ says which chapters it holds with marker lines:
     # END CHAPTER CODE
 
 The code below the `#@save` line of every marked cell of those notebooks (in the order named,
-each notebook's cells in order) goes between the markers. With --check nothing is written and
-the exit status is 1 when a module differs from its chapters.
+each notebook's cells in order) goes between the markers; a cell marked `#@save NAME` goes to
+gpubench/NAME.py alone. With --check nothing is written and the exit status is 1 when a module
+differs from its chapters.
 """
 
 from __future__ import annotations
@@ -24,24 +25,30 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gpubench"
 NOTEBOOKS = ROOT / "notebooks"
 MARKER = "#@save"
+_SAVE = re.compile(rf"^{MARKER}(?: (?P<module>\w+))?\n", re.MULTILINE)
 BEGIN, END = "# BEGIN CHAPTER CODE from ", "# END CHAPTER CODE"
 _BLOCK = re.compile(rf"^{re.escape(BEGIN)}(?P<names>[^\n]*)\n(?P<body>.*?)^{re.escape(END)}$",
                     re.MULTILINE | re.DOTALL)
 
 
-def saved_cells(notebook: Path) -> list[str]:
-    """The code below the `#@save` line of each of the notebook's marked cells."""
-    found = [c.source.split(MARKER + "\n", 1)[1].strip("\n")
-             for c in nbformat.read(notebook, as_version=4).cells
-             if c.cell_type == "code" and (MARKER + "\n") in c.source]
+def saved_cells(notebook: Path, module: str | None = None) -> list[str]:
+    """The code below the `#@save` line of each of the notebook's marked cells; with `module`,
+    of those marked for it (`#@save` alone, or `#@save MODULE`)."""
+    found = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        marker = _SAVE.search(cell.source) if cell.cell_type == "code" else None
+        if marker and (module is None or marker["module"] in (None, module)):
+            found.append(cell.source[marker.end():].strip("\n"))
     if not found:
-        raise SystemExit(f"{notebook.name}: no cell has a {MARKER} line")
+        raise SystemExit(f"{notebook.name}: no cell has a {MARKER} line" + (
+            f" for {module}" if module else ""))
     return found
 
 
-def saved_code(notebook: Path) -> str:
-    """All of a notebook's `#@save` code, cells apart by two blank lines."""
-    return "\n\n\n".join(saved_cells(notebook))
+def saved_code(notebook: Path, module: str | None = None) -> str:
+    """A notebook's `#@save` code (for `module`, as in `saved_cells`), cells apart by two blank
+    lines."""
+    return "\n\n\n".join(saved_cells(notebook, module))
 
 
 def chapters_of(module_text: str) -> list[list[str]]:
@@ -50,11 +57,12 @@ def chapters_of(module_text: str) -> list[list[str]]:
             for m in _BLOCK.finditer(module_text)]
 
 
-def render(module_text: str, notebooks: Path = NOTEBOOKS) -> str:
-    """`module_text` with its chapters' code between each pair of markers."""
+def render(module_text: str, notebooks: Path = NOTEBOOKS, module: str | None = None) -> str:
+    """`module_text` (of gpubench/`module`.py) with its chapters' code between each pair of
+    markers."""
     def block(match: re.Match) -> str:
         names = [n.strip() for n in match["names"].split(",") if n.strip()]
-        body = "\n\n\n".join(saved_code(notebooks / f"{name}.ipynb") for name in names)
+        body = "\n\n\n".join(saved_code(notebooks / f"{name}.ipynb", module) for name in names)
         return f"{BEGIN}{match['names']}\n\n\n{body}\n\n\n{END}"
     return _BLOCK.sub(block, module_text)
 
@@ -66,8 +74,8 @@ def exporting_modules() -> list[Path]:
 
 def stale() -> list[Path]:
     """The modules whose chapter code differs from the chapters."""
-    return [p for p in exporting_modules()
-            if render(p.read_text(encoding="utf-8")) != p.read_text(encoding="utf-8")]
+    return [p for p in exporting_modules() if (text := p.read_text(encoding="utf-8"))
+            != render(text, module=p.stem)]
 
 
 def main() -> int:
@@ -78,7 +86,8 @@ def main() -> int:
             print(f"{name} differs from its chapters' {MARKER} cells: "
                   "run `python tools/export_chapters.py`")
             continue
-        path.write_text(render(path.read_text(encoding="utf-8")), encoding="utf-8")
+        path.write_text(render(path.read_text(encoding="utf-8"), module=path.stem),
+                        encoding="utf-8")
         print(f"wrote {name} from its chapters")
     if "--check" in sys.argv[1:] and stale():
         return 1

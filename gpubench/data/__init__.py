@@ -1,10 +1,10 @@
-"""MNIST, Fashion-MNIST and CIFAR-10, real or synthetic: `load(name, source)` returns a
-`Dataset` from "keras" (the Keras cache), "dir" (the official files in a folder, `files`),
-"synthetic", or "auto" (keras, then dir when data_dir is given, then synthetic with a warning).
-"""
+"""MNIST, Fashion-MNIST and CIFAR-10, real or synthetic: `load(name, source)` returns a `Dataset`
+from "keras" (the Keras cache), "dir" (a folder of the official files; both read by `files`),
+"synthetic", or "auto" (keras, then dir when data_dir is given, then synthetic with a warning)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -15,39 +15,14 @@ import numpy as np
 from gpubench.params import DATASETS, SOURCES, check_source, positive_int
 from gpubench.params import check_dataset as check_name  # the names' rules: params
 
-# The four IDX files in the order x_train, y_train, x_test, y_test.
-IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-             "t10k-labels-idx1-ubyte")
-CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
-CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py"
-TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
-IMAGE_SHAPES = {"mnist": (28, 28), "fashion_mnist": (28, 28), "cifar10": (32, 32, 3)}
-NUM_CLASSES = 10
-CLASS_NAMES = {
-    "mnist": [str(digit) for digit in range(10)],
-    "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-                      "Sneaker", "Bag", "Ankle boot"],
-    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-                "truck"],
-}
-SYNTHETIC_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}  # test: 10,000
+FACTS_FILE = Path(__file__).parents[1] / "tables" / "datasets.json"
+FACTS = json.loads(FACTS_FILE.read_text(encoding="utf-8"))["datasets"]  # shapes, sizes, classes
+CLASS_NAMES = {name: facts["classes"] for name, facts in FACTS.items()}
 # Synthetic images: a class prototype (grey levels on block x block pixels, +-contrast/2) blended
 # with up to `mix` of another class's, plus uniform noise of std `noise`. Blocks survive
 # convolution and pooling, so every book model learns the classes in the quick profile.
 SYNTHETIC = {"contrast": 60.0, "noise": 80.0, "mix": 0.3, "block": 4, "chunk": 2000}
 WARNED: set[str] = set()  # datasets whose synthetic-data warning this process has shown
-
-
-class DataError(ValueError):
-    """A data file is missing, truncated or malformed; the message names the file and the fix."""
-
-
-class WrongDataset(DataError):
-    """The files are another dataset's official files; the message names both datasets."""
-
-
-class DataUnavailable(RuntimeError):
-    """A source cannot provide the data (e.g. offline download); `auto` falls through."""
 
 
 def shown(text: str) -> str:
@@ -96,19 +71,19 @@ def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | N
                          "(or set GPUBENCH_DATA_DIR when using the command line)")
     reasons = []
     for candidate in ("keras", "dir", "synthetic") if source == "auto" else (source,):
-        try:  # only "auto" goes on to the next source, after noting why this one failed
-            if candidate == "synthetic":
-                origin, arrays, verified = synthetic(name, max_train_samples, seed)
-            else:
-                from gpubench.data import files  # noqa: PLC0415 - the official files: real data
+        if candidate == "synthetic":
+            origin, arrays, verified = synthetic(name, max_train_samples, seed)
+        else:
+            from gpubench.data import files  # noqa: PLC0415 - the official files: real data
 
+            try:  # only "auto" goes on to the next source, after noting why this one failed
                 origin, arrays, verified = (files.load_keras(name) if candidate == "keras"
                                             else files.load_dir(name, data_dir))
-        except (DataUnavailable, DataError) as exc:
-            if source != "auto" or isinstance(exc, WrongDataset):  # another dataset: never hidden
-                raise
-            reasons.append(f"{candidate}: {exc}")
-            continue
+            except (files.DataUnavailable, files.DataError) as exc:
+                if source != "auto" or isinstance(exc, files.WrongDataset):  # never hidden
+                    raise
+                reasons.append(f"{candidate}: {exc}")
+                continue
         x_train, y_train, x_test, y_test = arrays
         if max_train_samples is not None:  # a copy, so the full arrays are freed
             x_train, y_train = (a[:max_train_samples].copy() for a in (x_train, y_train))
@@ -146,25 +121,25 @@ def announce(dataset: Dataset) -> None:
 def synthetic(name: str, max_train_samples: int | None, seed: int) -> tuple[str, tuple, None]:
     """(origin, arrays, None): seeded images, one block pattern per class, blended and noisy."""
     rng = np.random.default_rng([seed, 2, DATASETS.index(name)])
-    block, (height, width, *channels) = SYNTHETIC["block"], IMAGE_SHAPES[name]
-    pattern = rng.uniform(-0.5, 0.5, size=(NUM_CLASSES, height // block, width // block, *channels))
-    pattern = pattern.repeat(block, axis=1).repeat(block, axis=2)
+    facts, block = FACTS[name], SYNTHETIC["block"]
+    height, width, *channels = facts["image"]
+    size = (len(facts["classes"]), height // block, width // block, *channels)
+    pattern = rng.uniform(-0.5, 0.5, size=size).repeat(block, axis=1).repeat(block, axis=2)
     prototypes = (127.5 + SYNTHETIC["contrast"] * pattern).astype(np.float32)
-    n_train = min(SYNTHETIC_SIZES[name], max_train_samples or SYNTHETIC_SIZES[name])
+    n_train = min(facts["train"], max_train_samples or facts["train"])
     arrays = (*_synthetic_split(name, prototypes, n_train, seed, 0),
-              *_synthetic_split(name, prototypes, 10_000, seed, 1))
+              *_synthetic_split(name, prototypes, facts["test"], seed, 1))
     return f"synthetic (seed {seed}), class-conditional prototypes plus noise", arrays, None
 
 
 def _synthetic_split(name: str, prototypes: np.ndarray, n: int, seed: int, split: int):
     """`n` labelled images, seeded per chunk so that the first N are the same whatever `n`."""
-    chunk, shape = SYNTHETIC["chunk"], prototypes.shape[1:]
+    chunk, shape, classes = SYNTHETIC["chunk"], prototypes.shape[1:], len(prototypes)
     x, y = np.empty((n, *shape), dtype=np.uint8), np.empty(n, dtype=np.int64)
     for start in range(0, n, chunk):
         rng = np.random.default_rng([seed, split, start // chunk, DATASETS.index(name)])
-        labels = rng.permuted(np.tile(np.arange(NUM_CLASSES), (chunk // NUM_CLASSES, 1)),
-                              axis=1).ravel()
-        others = (labels + rng.integers(1, NUM_CLASSES, size=chunk)) % NUM_CLASSES
+        labels = rng.permuted(np.tile(np.arange(classes), (chunk // classes, 1)), axis=1).ravel()
+        others = (labels + rng.integers(1, classes, size=chunk)) % classes
         mix = rng.uniform(0, SYNTHETIC["mix"], size=(chunk, *[1] * len(shape))).astype(np.float32)
         noise = rng.random((chunk, *shape), dtype=np.float32) - 0.5  # uniform: 7x faster
         noise *= SYNTHETIC["noise"] * np.sqrt(12.0)  # a uniform of this width has that std

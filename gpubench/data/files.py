@@ -1,12 +1,13 @@
-"""The official files: their SHA-256 sums, the checked readers (IDX raw or gzipped, mnist.npz,
-CIFAR-10's pickled batches or its tar.gz), and the two sources that read them, the Keras cache
-and a folder. Each source returns (origin, arrays, verified)."""
+"""The official files: the checked readers (IDX raw or gzipped, mnist.npz, CIFAR-10's pickled
+batches or its tar.gz), their SHA-256 sums (tables/datasets.json) and the two sources that read
+them, the Keras cache and a folder. Each source returns (origin, arrays, verified)."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
 import io
+import json
 import os
 import pickle
 import socket
@@ -17,18 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gpubench.data import (
-    CIFAR10_ARCHIVE,
-    CIFAR10_BATCHES,
-    CIFAR10_FOLDER,
-    IDX_FILES,
-    NUM_CLASSES,
-    TITLES,
-    DataError,
-    DataUnavailable,
-    WrongDataset,
-)
-
+# The four IDX files in the order x_train, y_train, x_test, y_test.
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
+CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py"
+NUM_CLASSES = 10  # labels 0..9 in all three datasets
 # What keras.datasets downloads (tests point them at local files).
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 FASHION_MNIST_BASE_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
@@ -39,22 +34,11 @@ DIR_SUBFOLDERS = {"mnist": ("mnist", "MNIST"), "cifar10": ("cifar10", "cifar-10"
 # The file_hash keras.datasets.mnist and .cifar10 check their downloads against.
 MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
 CIFAR10_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
-# The official IDX files' decompressed bytes, in IDX_FILES order (MNIST: pinned by public
-# projects; Fashion-MNIST: computed from Debian's dataset-fashion-mnist, as projects pinning
-# Zalando's MD5s have them). A .gz is identified by its decompressed bytes, however gzipped.
-IDX_SHA256 = {
-    "mnist": ("ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-              "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-              "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-              "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
-    "fashion_mnist": ("c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-                      "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
-                      "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-                      "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"),
-}
+_TABLES = json.loads((Path(__file__).parents[1] / "tables" / "datasets.json").read_text("utf-8"))
+TITLES = {name: facts["title"] for name, facts in _TABLES["datasets"].items()}
 # Every known official file: SHA-256 -> (dataset, file name without .gz).
 OFFICIAL_SHA256 = {
-    **{sha: (name, base) for name, sums in IDX_SHA256.items()
+    **{sha: (name, base) for name, sums in _TABLES["idx_sha256"].items()
        for base, sha in zip(IDX_FILES, sums, strict=True)},
     MNIST_SHA256: ("mnist", "mnist.npz"), CIFAR10_SHA256: ("cifar10", CIFAR10_ARCHIVE)}
 IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
@@ -66,9 +50,16 @@ PICKLE_ALLOWED = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype
                   ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT}
 
 
-def sha256(content: bytes) -> str:
-    """The SHA-256 of `content`, in hex."""
-    return hashlib.sha256(content).hexdigest()
+class DataError(ValueError):
+    """A data file is missing, truncated or malformed; the message names the file and the fix."""
+
+
+class WrongDataset(DataError):
+    """The files are another dataset's official files; the message names both datasets."""
+
+
+class DataUnavailable(RuntimeError):
+    """A source cannot provide the data (e.g. offline download); `auto` falls through."""
 
 
 def verified(name: str, where: Path, sums: dict[str, set[str]],
@@ -115,7 +106,7 @@ def read_mnist_npz(path: Path) -> tuple[tuple, bool]:
     except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise DataError(f"{path} is not a readable .npz of x_train, y_train, x_test, y_test "
                         f"({exc}); re-download it") from exc
-    sums = {"mnist.npz": {sha256(path.read_bytes())}}
+    sums = {"mnist.npz": {hashlib.sha256(path.read_bytes()).hexdigest()}}
     return checked(arrays, (path,) * 4, (28, 28)), verified("mnist", path, sums)
 
 
@@ -123,10 +114,10 @@ def read_idx(path: Path, kind: str) -> tuple[np.ndarray, set[str]]:
     """An IDX file's array, gzipped or not, and the SHA-256s of its bytes and decompressed bytes."""
     try:
         data = path.read_bytes()
-        sums = {sha256(data)}
+        sums = {hashlib.sha256(data).hexdigest()}
         if path.name.endswith(".gz") or data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
-            sums.add(sha256(data))
+            sums.add(hashlib.sha256(data).hexdigest())
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path} cannot be read or un-gzipped ({exc}); it is corrupt: "
                         "re-download") from exc
@@ -166,18 +157,6 @@ class ArrayOnlyUnpickler(pickle.Unpickler):
         return PICKLE_ALLOWED[module, name]
 
 
-def read_cifar_batch(raw: bytes, label: Path | str) -> tuple[np.ndarray, np.ndarray]:
-    """One pickled batch as (N, 32, 32, 3) uint8 images and int64 labels."""
-    try:
-        batch = ArrayOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
-        data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
-        # Each row is 1024 red, then 1024 green, then 1024 blue values, row-major.
-        images = np.ascontiguousarray(data.reshape(len(data), 3, 32, 32).transpose(0, 2, 3, 1))
-    except Exception as exc:  # a corrupt pickle fails in many ways; all mean "bad file"
-        raise DataError(f"{label} is not a valid CIFAR-10 batch ({exc!r}); re-download it") from exc
-    return checked((images, labels), (label, label), (32, 32, 3))
-
-
 def read_cifar(path: Path) -> tuple[tuple, bool]:
     """(arrays, verified) of the six batches in a folder, or in the tar.gz, not extracted."""
     try:
@@ -185,7 +164,7 @@ def read_cifar(path: Path) -> tuple[tuple, bool]:
             files = {b: (path / b).read_bytes() for b in CIFAR10_BATCHES if (path / b).is_file()}
             sums = {}
         else:
-            sums = {CIFAR10_ARCHIVE: {sha256(path.read_bytes())}}
+            sums = {CIFAR10_ARCHIVE: {hashlib.sha256(path.read_bytes()).hexdigest()}}
             with tarfile.open(path, "r:*") as tar:
                 files = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()
                          if m.isfile() and Path(m.name).name in CIFAR10_BATCHES}
@@ -195,8 +174,18 @@ def read_cifar(path: Path) -> tuple[tuple, bool]:
         raise DataError(f"{path} lacks {', '.join(missing)}; it must hold "
                         f"{', '.join(CIFAR10_BATCHES)}: re-download (and re-extract) "
                         f"{CIFAR10_ARCHIVE}")
-    batches = [read_cifar_batch(files[b], path / b if path.is_dir() else f"{path}:{b}")
-               for b in CIFAR10_BATCHES]
+    batches = []
+    for name in CIFAR10_BATCHES:
+        label = path / name if path.is_dir() else f"{path}:{name}"
+        try:
+            batch = ArrayOnlyUnpickler(io.BytesIO(files[name]), encoding="bytes").load()
+            data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
+            # Each row is 1024 red, then 1024 green, then 1024 blue values, row-major.
+            images = np.ascontiguousarray(data.reshape(len(data), 3, 32, 32).transpose(0, 2, 3, 1))
+        except Exception as exc:  # a corrupt pickle fails in many ways; all mean "bad file"
+            raise DataError(f"{label} is not a valid CIFAR-10 batch ({exc!r}); re-download "
+                            "it") from exc
+        batches.append(checked((images, labels), (label, label), (32, 32, 3)))
     arrays = (np.concatenate([x for x, _ in batches[:-1]]),
               np.concatenate([y for _, y in batches[:-1]]), *batches[-1])
     return arrays, bool(sums) and verified("cifar10", path, sums)
@@ -242,14 +231,6 @@ def load_keras(name: str) -> tuple[Path, tuple, bool]:
     return archive, *read_cifar(archive)
 
 
-def _cifar_dir(folder: Path) -> tuple[Path, tuple, bool] | None:
-    """The CIFAR-10 batches in `folder` (its batches folder, itself, or the archive), if any."""
-    for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
-        if path.is_file() or (path / "data_batch_1").is_file() or (path / "test_batch").is_file():
-            return path, *read_cifar(path)
-    return None
-
-
 def load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple, bool]:
     """(origin, arrays, verified) from the first of data_dir and its subfolders holding them."""
     if data_dir is None:  # only source="auto" gets here without one
@@ -261,9 +242,10 @@ def load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple
     folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
     missing, wrong = IDX_FILES, None
     for folder in folders:
-        if name == "cifar10":
-            if (found := _cifar_dir(folder)) is not None:
-                return found
+        if name == "cifar10":  # its batches' folder, the batches (the first or test_batch), archive
+            for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
+                if path.is_file() or any((path / b).is_file() for b in CIFAR10_BATCHES[::5]):
+                    return path, *read_cifar(path)
             continue
         found = [next((folder / f for f in (base, f"{base}.gz") if (folder / f).is_file()), None)
                  for base in IDX_FILES]

@@ -74,7 +74,7 @@ def table_rows(text: str, first_cell: str) -> list[list[str]]:
 
 def cell(row: list[str], header: str) -> str:
     """The cell of a training-table row under `header`."""
-    return row[report.TRAINING_HEADERS.index(header)]
+    return row[report.training.TRAINING_HEADERS.index(header)]
 
 
 def job(env: str, notebook: str, status: str, error: str | None = None) -> dict:
@@ -168,7 +168,7 @@ def test_a_failed_report_write_is_a_clear_error_and_leaves_the_old_report(
 def test_one_machine_cpu_env_against_gpu_env(tmp_path):
     text = build_text(write_run(tmp_path, [train("cpu", 100.0), train("gpu", 70.0)]))
     cpu, gpu = table_rows(text, "MNIST MLP h1000")
-    headers = report.TRAINING_HEADERS
+    headers = report.training.TRAINING_HEADERS
     saved, speedup = headers.index("time saved vs CPU env"), headers.index("speedup")
     assert (cpu[1], cpu[saved], cpu[speedup]) == ("vm · cpu", "baseline", "1.00x")
     assert (gpu[1], gpu[saved], gpu[speedup]) == ("vm · gpu", "30%", "1.43x")
@@ -178,7 +178,7 @@ def test_two_machines_each_compare_with_their_own_cpu_env(tmp_path):
     a = write_run(tmp_path / "a", [train("cpu", 100.0, host="a"), train("gpu", 80.0, host="a")])
     b = write_run(tmp_path / "b", [train("cpu", 200.0, host="b"), train("gpu", 50.0, host="b")])
     rows = table_rows(build_text(a, b), "MNIST MLP h1000")
-    saved, speedup = (report.TRAINING_HEADERS.index(h)
+    saved, speedup = (report.training.TRAINING_HEADERS.index(h)
                       for h in ("time saved vs CPU env", "speedup"))
     assert [(r[1], r[saved], r[speedup]) for r in rows] == [
         ("a · cpu", "baseline", "1.00x"), ("a · gpu", "20%", "1.25x"),
@@ -471,7 +471,7 @@ def test_backends_section_puts_one_model_on_one_device_side_by_side(tmp_path):
     text = build_text(write_run(tmp_path, [tf_off, jax]))
     section = _section(text, "## Backends: TensorFlow vs JAX")
     rows = table_rows(section, "MNIST MLP h1000")
-    header = report.BACKEND_HEADERS
+    header = report.training.BACKEND_HEADERS
     assert [(r[header.index("backend")], r[header.index("steady epoch")],
              r[header.index("images/s")], r[header.index("ratio")]) for r in rows] == [
         ("TensorFlow 2.21", "5.7 s", "9,649", "1.00x (reference)"),
@@ -488,9 +488,9 @@ def test_backends_in_the_same_mode_are_like_for_like(tmp_path):
                train("jax-cpu", 60.0, steady_epoch_seconds=3.9, jit_compile=True)]
     rows = table_rows(_section(build_text(write_run(tmp_path, records)), "## Backends"),
                       "MNIST MLP h1000")
-    assert rows[1][report.BACKEND_HEADERS.index("like for like?")] == "yes"
+    assert rows[1][report.training.BACKEND_HEADERS.index("like for like?")] == "yes"
     # images/s from the training images and the steady epoch when the record has no rate
-    assert rows[1][report.BACKEND_HEADERS.index("images/s")] == "14,103"
+    assert rows[1][report.training.BACKEND_HEADERS.index("images/s")] == "14,103"
 
 
 def test_backends_on_different_devices_or_machines_are_not_put_side_by_side(tmp_path):
@@ -503,8 +503,8 @@ def test_backends_on_different_devices_or_machines_are_not_put_side_by_side(tmp_
 def test_the_environment_table_shows_each_backend_and_its_version(tmp_path):
     text = build_text(write_run(tmp_path, [train("cpu", 70.0), train("jax-cpu", 60.0)]))
     rows = {row[0]: row for row in table_rows(text, "vm · cpu") + table_rows(text, "vm · jax-cpu")
-            if len(row) == len(report.ENVIRONMENT_HEADERS)}
-    backend = report.ENVIRONMENT_HEADERS.index("backend")
+            if len(row) == len(report.document.ENVIRONMENT_HEADERS)}
+    backend = report.document.ENVIRONMENT_HEADERS.index("backend")
     assert rows["vm · cpu"][backend] == "TensorFlow 2.21 (CPU-only build), Keras 3.15"
     assert rows["vm · jax-cpu"][backend] == "JAX 0.10.0 (CPU-only build), Keras 3.15"
     assert "| TF " not in text
@@ -543,7 +543,7 @@ def test_a_gpu_busy_23_percent_is_diagnosed_and_its_energy_shown(tmp_path):
                                                   reason="no NVIDIA driver"))
     text = build_text(write_run(tmp_path, [cpu, _gpu_run(23.0)]))
     section = _section(text, "## Telemetry")
-    headers = report.TELEMETRY_HEADERS
+    headers = report.telemetry.TELEMETRY_HEADERS
     gpu = table_rows(section, "vm · gpu")[0]
     assert dict(zip(headers, gpu, strict=True)) == {
         "machine · env": "vm · gpu", "run": "MNIST MLP h1000", "device": "gpu:0",
@@ -573,7 +573,7 @@ def test_a_busy_gpu_has_no_busy_finding_and_power_cap_epochs_are_counted(tmp_pat
     assert cell(table_rows(text, "MNIST MLP h1000")[0], "energy (all epochs)") == (
         "GPU 16,500 J (counter); CPU 1,500 J (RAPL)")
     assert table_rows(section, "vm · gpu")[0][
-        report.TELEMETRY_HEADERS.index("CPU energy per epoch")] == "100 J"
+        report.telemetry.TELEMETRY_HEADERS.index("CPU energy per epoch")] == "100 J"
 
 
 def test_no_telemetry_section_where_nothing_was_measured(tmp_path):
@@ -688,7 +688,7 @@ def test_a_run_that_recorded_nothing_gets_a_report_listing_every_job(tmp_path, r
     assert table_rows(text, tmp_path.name) == [
         [tmp_path.name, "gpu", "Mnist_CNN", "failed", "GPUNotAvailableError: no GPU"],
         [tmp_path.name, "gpu", "performanceTest", "skipped", "env 'gpu' is not set up"],
-        [tmp_path.name, "cpu", "Keras_Cifar_CNN", "running", report.JOB_WHY["running"]],
+        [tmp_path.name, "cpu", "Keras_Cifar_CNN", "running", report.document.JOB_WHY["running"]],
         [tmp_path.name, "cpu", "Speed_Factors", "pending", "not started yet"]]
 
 
@@ -961,7 +961,7 @@ def test_the_mode_names_compiling_as_each_backend_calls_it():
     assert report_training.mode(record)["jit_compile"] == "XLA on"
 
 
-# ---------------------------------------------------------------- damage and faults (issue 33)
+# ---------------------------------------------------------------- damage and faults
 
 def test_text_taken_from_a_record_is_capped_in_the_report_and_kept_whole_in_the_file(tmp_path):
     huge = "ValueError: " + "x" * 2_000_000

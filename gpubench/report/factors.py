@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from gpubench import backends, factors, plots
 from gpubench.fmt import MISSING, NOT_A_NUMBER, fmt, fmt_ratio, md_table
-from gpubench.report import charts
-from gpubench.report.format import NO_GPU_HINT, explained_table
+from gpubench.report.format import capped_text, explained_table, prose
 from gpubench.report.records import columns, model_title
 from gpubench.report.telemetry import busy_cell
 from gpubench.report.training import unstable
@@ -38,13 +37,11 @@ def _x(value: float | None) -> str:
 
 def accuracy_text(row: dict) -> str:
     """Test accuracy, or why there is none."""
-    if row["time_boxed"]:
-        return "accuracy not measured (time-boxed)"
-    return fmt(row["test_accuracy"], ".4f")
+    return "accuracy not measured (time-boxed)" if row["time_boxed"] else fmt(
+        row["test_accuracy"], ".4f")
 
 
 def _cells(row: dict, matmul_records: Sequence[dict]) -> list[str]:
-    """One variant's cells of `table`."""
     record = row["record"]
     pct = factors.percent_of_matmul_peak(record, matmul_records)
     own = " †" if record.get("paired_baseline_seconds") and row["speedup"] is not None else ""
@@ -59,27 +56,15 @@ def _cells(row: dict, matmul_records: Sequence[dict]) -> list[str]:
             busy_cell(record), accuracy_text(row)]
 
 
-def peak_note(rows: Sequence[dict], matmul_records: Sequence[dict] = ()) -> str:
-    """Why a "% of matmul" is over 100 % (marked "*"), and what "†" means; "" when neither."""
+def table(rows: Sequence[dict], matmul_records: Sequence[dict] = (), linked: bool = False) -> str:
+    """A Markdown table of the variants, its notes under it (`linked`: headers to the glossary)."""
+    body = [_cells(row, matmul_records) for row in rows]
+    text = explained_table(HEADERS, body)[0] if linked else md_table(HEADERS, body)
     over = [f"{row['device']} {row['label']} ({fmt(pct, '.0f')} %)" for row in rows
             if (pct := factors.percent_of_matmul_peak(row["record"], matmul_records) or 0) > 100]
     own = [row["label"] for row in rows if row["record"].get("paired_baseline_seconds")]
-    return "\n\n".join(filter(None, [
-        own and ("† " + ", ".join(own) + ": against its own paired baseline rounds, trained "
-                 "beside it, not against the baseline row of the table."),
-        over and ("\\* Over 100 % of the matmul peak: " + ", ".join(over) + ". The model's "
-                  "GFLOP/s counts 3 x 2 x the multiply-adds of its Dense and Conv2D layers, an "
-                  "estimate of the work, while the peak is one measured matrix product; an "
-                  "estimate above what the kernels do, or a probe that met a slower device, puts "
-                  "the share over 100 %. Read it as \"at the peak\", not beyond it.")]))
-
-
-def table(rows: Sequence[dict], matmul_records: Sequence[dict] = (), linked: bool = False) -> str:
-    """A Markdown table, a line per variant and device, with the notes under it (`peak_note`);
-    `linked`: its headers link to the report's glossary."""
-    body = [_cells(row, matmul_records) for row in rows]
-    text = explained_table(HEADERS, body)[0] if linked else md_table(HEADERS, body)
-    return text + (f"\n\n{note}" if (note := peak_note(rows, matmul_records)) else "")
+    return "\n\n".join([text, *[prose("own baseline", own=", ".join(own))] * bool(own),
+                        *[prose("over the peak", over=", ".join(over))] * bool(over)])
 
 
 def findings(rows: Sequence[dict]) -> str:
@@ -88,33 +73,29 @@ def findings(rows: Sequence[dict]) -> str:
     for device in dict.fromkeys(row["device"] for row in rows):
         mine = [r for r in rows if r["device"] == device and r["factor"] != "baseline"
                 and r["speedup"] is not None]
-        if not mine:
-            out.append(f"- **{device}**: nothing measured against a baseline.")
-            continue
         faster = sorted((r for r in mine if r["verdict"] == "faster" and r["factor"] != "combined"),
                         key=lambda r: -r["speedup"])
         slower = sorted((r for r in mine if r["verdict"] == "slower"), key=lambda r: r["speedup"])
+        unclear = ", ".join(r["label"] for r in mine if r["verdict"] == "no clear effect")
         parts = [faster and "faster: " + ", ".join(f"{r['label']} {_x(r['speedup'])}"
                                                    for r in faster),
                  slower and "slower: " + ", ".join(f"{r['label']} " + (
                      describe(r) if r["speedup"] < 0.2 else _x(r["speedup"])) for r in slower),
-                 ", ".join(r["label"] for r in mine if r["verdict"] == "no clear effect")]
-        text = f"- **{device}**: " + "; ".join(p for p in parts[:2] if p) + (
-            f"; no clear effect: {parts[2]}" if parts[2] else "") + "."
+                 unclear and f"no clear effect: {unclear}"]
+        said = "; ".join(filter(None, parts)) if mine else "nothing measured against a baseline"
+        text = f"- **{device}**: {said}."
         if faster:
             text += f" The factor that matters most here is **{faster[0]['label']}**."
-        if combined := [r for r in mine if r["factor"] == "combined"]:
-            c = combined[0]
-            base = (" against its own paired baseline rounds" if c["record"].get(
-                "paired_baseline_seconds") else "")
+        if c := next((r for r in mine if r["factor"] == "combined"), None):
+            base = " against its own paired baseline rounds" * bool(
+                c["record"].get("paired_baseline_seconds"))
             text += (f" Together, {c['label']} runs at {_x(c['speedup'])} the book's setting"
                      f"{base} ({c['verdict']}).")
             if faster and c["speedup"] < faster[0]["speedup"]:
                 text += (f" That is less than {faster[0]['label']} alone: these factors do not "
                          "add up here.")
         out.append(text)
-    compiled = {r["record"].get("backend") for r in rows} & set(factors.ALWAYS_COMPILED)
-    if compiled:
+    if compiled := {r["record"].get("backend") for r in rows} & set(factors.ALWAYS_COMPILED):
         out.append("- **XLA**: always on with " + ", ".join(n.upper() for n in sorted(compiled))
                    + ": every row ran compiled, so XLA is not a factor here.")
     return "\n".join(out)
@@ -127,8 +108,7 @@ def crossover_text(records: Sequence[dict]) -> str:
         backend = next((r.get("backend") for r in records if factors.is_factor_record(r)),
                        None) or "tensorflow"
         env = backends.env_label(backend, True) if backend in backends.SUPPORTED else "gpu"
-        return (f"No GPU in this environment: no CPU-GPU crossover batch size (run this notebook "
-                f"in the {env} env to get it). {NO_GPU_HINT}.")
+        return prose("no gpu crossover", env=env, hint=prose("no gpu hint"))
     if "cpu" not in devices:
         return "The CPU was not measured here (devices), so there is no crossover to show."
     if (size := factors.crossover_batch_size(records)) is None:
@@ -137,24 +117,27 @@ def crossover_text(records: Sequence[dict]) -> str:
 
 
 def plot(effects: list[dict], ax=None):
-    """Speed of each variant against its baseline (factors.effects rows), with its interval, on a
-    log axis; a bar OUTLIER_GAP times beyond the others is cut at the axis' edge, its value
-    written there, so that the others stay readable."""
+    """Each variant's speed against its baseline (`factors.effects` rows), on a log axis."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
 
     rows = [e for e in effects if e["speedup"] is not None]
     ax = plots.axes(ax, (8, 0.35 * len(rows) + 1.5))
     values = sorted(e["speedup"] for e in rows) or [1.0]
-    low, high = _kept_range(values)
+    middle = len(values) // 2  # the values that no gap of OUTLIER_GAP parts from the middle
+    low = next((values[i] for i in range(middle, 0, -1)
+                if values[i] / max(values[i - 1], 1e-300) > OUTLIER_GAP), values[0])
+    high = next((values[i] for i in range(middle, len(values) - 1)
+                 if values[i + 1] / max(values[i], 1e-300) > OUTLIER_GAP), values[-1])
     shown = [min(max(e["speedup"], low / 2), high * 2) for e in rows]
     ax.barh(range(len(rows)), shown, capsize=2,
             xerr=[[max(s - e["low"], 0) for s, e in zip(shown, rows, strict=True)],
                   [max(min(e["high"], high * 2) - s, 0) for s, e in zip(shown, rows, strict=True)]],
             color=["tab:blue" if e["clear"] else "lightgrey" for e in rows])
-    for y, (s, e) in enumerate(zip(shown, rows, strict=True)):
-        if s != e["speedup"]:
-            ax.annotate(f"{describe(e)}, cut", (s * (0.95 if s > 1 else 1.05), y), va="center",
-                        fontsize="small", ha="right" if s > 1 else "left", color="darkred")
+    cut = [(y, s, e) for y, (s, e) in enumerate(zip(shown, rows, strict=True))
+           if s != e["speedup"]]
+    for y, s, e in cut:
+        ax.annotate(f"{describe(e)}, cut", (s * (0.95 if s > 1 else 1.05), y), va="center",
+                    fontsize="small", ha="right" if s > 1 else "left", color="darkred")
     several = len({e.get("column") for e in rows}) > 1
     ax.set_yticks(list(range(len(rows))), [(f"{e['column']} · " if several else "")
                                            + f"{e['device']}: {e['value']}" + " †" * bool(
@@ -167,40 +150,23 @@ def plot(effects: list[dict], ax=None):
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    cut = "; \"cut\": drawn to the edge, far beyond the others" * any(
-        s != e["speedup"] for s, e in zip(shown, rows, strict=True))
+    cut_words = "; \"cut\": drawn to the edge, far beyond the others" * bool(cut)
     ax.set(xlabel=f"x the baseline's speed (log scale; grey: no clear effect; †: against its own "
-                  f"paired baseline rounds{cut})",
-           title="Speed factors")
+                  f"paired baseline rounds{cut_words})", title="Speed factors")
     ax.grid(True, axis="x", alpha=0.3)
     return ax
 
 
-def _kept_range(values: list[float]) -> tuple[float, float]:
-    """The lowest and highest value that no gap of OUTLIER_GAP separates from the middle."""
-    middle = len(values) // 2
-    low = next((values[i] for i in range(middle, 0, -1)
-                if values[i] / max(values[i - 1], 1e-300) > OUTLIER_GAP), values[0])
-    high = next((values[i] for i in range(middle, len(values) - 1)
-                 if values[i + 1] / max(values[i], 1e-300) > OUTLIER_GAP), values[-1])
-    return low, high
+def _variant(record: dict) -> str:  # as the factors table names it
+    label = next((row["label"] for row in factors.effects([record])), record["factor"])
+    return f"Speed_Factors {model_title(record['model'])}, variant {label}"
 
 
-def _variant(record: dict) -> str:
-    """A variant's name as the factors table gives it."""
-    labels = [row["label"] for row in factors.effects([record])]
-    return (f"Speed_Factors {model_title(record['model'])}, variant "
-            f"{labels[0] if labels else record['factor']}")
-
-
-def section(records: list[dict], charts_: dict | None) -> list[str]:
+def section(records: list[dict], charts: dict | None) -> list[str]:
     """The "Speed factors" section from Speed_Factors records (gpubench.factors' numbers)."""
     if not any(factors.is_factor_record(r) for r in records):
         return []
-    lines = ["## Speed factors", "",
-             "Each variant changes one factor of the book's setting on the same device, measured "
-             "in interleaved rounds (round r of every variant, then round r+1), so that a machine "
-             "that slows down for a while slows them all alike.", ""]
+    lines = ["## Speed factors", "", prose("factors"), ""]
     all_rows, drawn, tabled = [], [], 0  # the chart: whole columns, the first MAX_CHART_ROWS rows
     for column in columns(records):
         mine = [r for r in records if r["_column"] == column]
@@ -214,15 +180,13 @@ def section(records: list[dict], charts_: dict | None) -> list[str]:
                   findings(rows), ""]
         if (size := factors.crossover_batch_size(mine)) is not None:
             lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
-    if flagged := unstable([r for r in records if factors.is_factor_record(r)], (
-            "steady rounds", "its \"x vs baseline (min)\" in the factors table compares the "
-            "fastest rounds, which noise slows least; trust an effect only where its interval "
-            "leaves out 1.0, or rerun on a quieter machine"), _variant):
+    if flagged := unstable([r for r in records if factors.is_factor_record(r)],
+                           ("steady rounds", prose("unstable rounds")), _variant):
         lines += ["Variants whose rounds varied a lot (IQR over median above 20%):", "",
                   *flagged, ""]
-    if charts_ is None:
+    if charts is None:
         return lines
-    ax = plot(all_rows, ax=plots.new_axes((8, 0.35 * len(all_rows) + 1.5)))
-    charts_["speed_factors.png"] = ax.figure
-    cap = charts.capped_text(drawn, tabled)
-    return lines + ["![Speed factors](speed_factors.png)", "", *([f"_{cap}_", ""] if cap else [])]
+    charts["speed_factors.png"] = plot(all_rows, plots.new_axes((8, 0.35 * len(all_rows) + 1.5))
+                                       ).figure
+    cap = capped_text(drawn, tabled)
+    return lines + ["![Speed factors](speed_factors.png)", "", *[cap, ""] * bool(cap)]

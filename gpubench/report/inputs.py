@@ -1,6 +1,5 @@
-"""The report's inputs: the records of run directories (each job's latest attempt, checked
-against the record schema, ranges included: a record that fails is skipped, a droppable field
-that fails costs only itself, each with a warning), run.json's jobs, and which folders are runs."""
+"""The report's inputs: each job's latest records in run directories, checked against the whole
+record schema (a bad record skipped, a bad droppable field nulled, with a warning), and run.json."""
 
 from __future__ import annotations
 
@@ -18,47 +17,34 @@ from gpubench.report.records import identity, label_columns
 from gpubench.results import RESULTS_FILE, job_of, latest_attempts
 
 UNFINISHED = ("running", "pending")  # run.json's statuses of jobs not finished (yet)
-# A text a reader may see: not "None", "nan", "inf" or "-0" (the record schema's rule).
-_TEXT = re.compile(results.RECORD["$defs"]["text"]["pattern"])
+_TEXT = re.compile(results.RECORD["$defs"]["text"]["pattern"])  # not "None", "nan", "-0", ...
 
 
 class ReportWriteError(ValueError):
     """The report could not be written (full or read-only disk); the message names the path."""
 
 
-def _nulled(record: dict, path: list[str]) -> dict:
-    """`record` with the field at `path` set to null (its objects copied, not changed)."""
+def _nulled(record: dict, path: list[str]) -> dict:  # its objects copied, not changed
     name, *rest = path
     return {**record, name: _nulled(record[name], rest) if rest else None}
 
 
-def checked(record: dict) -> tuple[dict, list[str], str | None]:
-    """`record` against the whole record schema: the record with each failing droppable field
-    nulled, a message per field dropped, and why the report cannot use it (None: it can)."""
-    full = results.checker(ranges=True)
-    if full.valid(record):
-        return record, [], None
-    original, dropped, why, where = record, [], None, record.get("_origin", "a record")
-    for error in full.errors(record):
-        problem = schema.explain(results.RECORD, error)
-        field = (f"{record.get('benchmark')} field {problem.field!r} is "
-                 f"{schema.shown(schema.value_at(original, problem.path))}")
-        if problem.droppable:
-            path = itertools.takewhile(lambda step: isinstance(step, str), problem.path)
-            record = _nulled(record, list(path))
-            dropped.append(f"{where}: {field}, dropped; the report needs {problem.wants}")
-        elif why is None:
-            why = f"{field}; the report needs {problem.wants}"
-    return record, dropped, why
-
-
 def usable(records: Iterable[dict], problems: list[str]) -> list[dict]:
-    """The records the report can use (`checked`); the first results.NAMED_UNREADABLE skipped
-    records or dropped fields get a warning each, the rest one with the total."""
-    kept, said = [], []
-    for record in records:
-        record, dropped, why = checked(record)
-        said += dropped + ([f"{record.get('_origin', 'a record')}: skipped: {why}"] if why else [])
+    """The records the whole schema allows, bad droppable fields nulled; warns of the others."""
+    kept, said, full = [], [], results.checker(ranges=True)
+    for original in records:
+        record, why, where = original, None, original.get("_origin", "a record")
+        for error in full.errors(original):
+            problem = schema.explain(results.RECORD, error)
+            field = (f"{original.get('benchmark')} field {problem.field!r} is "
+                     f"{schema.shown(schema.value_at(original, problem.path))}")
+            if problem.droppable:
+                path = itertools.takewhile(lambda step: isinstance(step, str), problem.path)
+                record = _nulled(record, list(path))
+                said.append(f"{where}: {field}, dropped; the report needs {problem.wants}")
+            elif why is None:
+                why = f"{field}; the report needs {problem.wants}"
+        said += [f"{where}: skipped: {why}"] * bool(why)
         kept += [] if why else [record]
     named = results.NAMED_UNREADABLE
     for message in said[:named]:
@@ -69,18 +55,15 @@ def usable(records: Iterable[dict], problems: list[str]) -> list[dict]:
     return kept
 
 
-def _readable(path: Path, problems: list[str]) -> bool:
-    """Whether `path` exists; a symlink that leads nowhere (a loop) is named in `problems`."""
+def _readable(path: Path, problems: list[str]) -> bool:  # a symlink to nowhere is named
     if path.is_symlink() and not path.exists():
         results.skipped(f"{path}: a symlink that leads nowhere (a loop or a missing target); "
                         "not read", problems)
     return path.exists()
 
 
-def _read(run_dir: str | os.PathLike, problems: list[str]) -> Iterator[dict]:
-    """The records of one run dir, tagged with it (`_run_dir`): none where only run.json is."""
-    path = Path(run_dir) / RESULTS_FILE
-    if not _readable(path, problems):
+def _read(run_dir: str | os.PathLike, problems: list[str]) -> Iterator[dict]:  # tagged
+    if not _readable(Path(run_dir) / RESULTS_FILE, problems):
         return
     try:
         for record in results.iter_records(run_dir, problems, origin=True):
@@ -90,8 +73,7 @@ def _read(run_dir: str | os.PathLike, problems: list[str]) -> Iterator[dict]:
 
 
 def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
-    """Records of each job's latest attempt in every run dir that the report can use, labelled
-    with their machine and column; the others are skipped with a warning (also in `problems`)."""
+    """The usable records of each job's latest attempt in `run_dirs`, labelled with columns."""
     problems = [] if problems is None else problems
     records = [r for run_dir in run_dirs for r in last_runs(_read(run_dir, problems), problems)]
     records = usable(latest_attempts(records), problems)
@@ -100,30 +82,25 @@ def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -
 
 
 def last_runs(records: Iterable[dict], problems: list[str]) -> list[dict]:
-    """Of a job whose records come from several runs (run_id) in one file: a run that a later run
-    repeats (a measurement of the same identity) is replaced by it, named in `problems`; runs
-    that measured different things (another size or dtype) are all kept. One pass: a replaced
-    run's records are let go as soon as a later run repeats one of them."""
+    """The records of each job's runs (run_id) that no later run repeats, read in one pass."""
     kept: dict[int, dict] = {}  # the records that may be shown, by their place in `records`
-    jobs: dict[tuple, dict] = {}
+    runs: dict[tuple, dict] = {}  # job -> {run: its places, None once replaced}, in file order
+    last: dict[tuple, object] = {}  # (job, identity) -> the run that measured it
     for number, r in enumerate(records):
-        job = jobs.setdefault(job_of(r), {"runs": {}, "last": {}, "dropped": set()})
-        run = r.get("run_id")
-        places = job["runs"].setdefault(run, [])
-        last = job["last"].setdefault(key := identity(r), run)
-        if last != run:  # the run that first appeared later in the file replaces the other
-            earlier, later = sorted((last, run), key=list(job["runs"]).index)
-            job["dropped"].add(earlier)
-            for place in job["runs"][earlier]:
+        job, run = job_of(r), r.get("run_id")
+        mine, key = runs.setdefault(job, {}), (job, identity(r))
+        mine.setdefault(run, [])
+        if (other := last.setdefault(key, run)) != run:  # the run first seen later replaces
+            earlier, last[key] = sorted((other, run), key=list(mine).index)
+            for place in mine[earlier] or []:
                 kept.pop(place, None)
-            job["runs"][earlier].clear()
-            job["last"][key] = later
-        if run not in job["dropped"]:
+            mine[earlier] = None
+        if mine[run] is not None:
             kept[number] = r
-            places.append(number)
-    for (run_dir, env, notebook), job in jobs.items():
-        if job["dropped"]:
-            ids = list(job["runs"])
+            mine[run].append(number)
+    for (run_dir, env, notebook), mine in runs.items():
+        if None in mine.values():
+            ids = list(mine)
             more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
             results.skipped(f"{Path(run_dir) / RESULTS_FILE}: {env}/{notebook} holds runs "
                             f"{', '.join(map(str, ids[:3]))}{more}; shown: run {ids[-1]}, whose "
@@ -132,9 +109,7 @@ def last_runs(records: Iterable[dict], problems: list[str]) -> list[dict]:
 
 
 def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
-    """The jobs of run.json (run, dir, env, notebook, status, error's first line); [] without
-    one. An unreadable run.json, or a job not as run.schema.json declares, is named in
-    `problems` (with a warning) and left out."""
+    """run.json's jobs (run, dir, env, notebook, status, error); warns of those unreadable."""
     path = Path(run_dir) / rundir.MANIFEST
     if not _readable(path, problems):
         return []
@@ -165,16 +140,15 @@ def reportable(path: str | os.PathLike) -> bool:
 
 
 def find_runs(run_dirs: list[str] | str | None = None) -> list[Path]:
-    """Run directories to report: `run_dirs`, else $GPUBENCH_RUN_DIRS, else the newest under
-    runs/."""
+    """Run directories: `run_dirs`, else $GPUBENCH_RUN_DIRS, else the newest under runs/."""
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
-    if not run_dirs and os.environ.get("GPUBENCH_RUN_DIRS"):
-        run_dirs = os.environ["GPUBENCH_RUN_DIRS"].split(os.pathsep)
+    run_dirs = run_dirs or [d for d in os.environ.get("GPUBENCH_RUN_DIRS", "").split(os.pathsep)
+                            if d]
     if not run_dirs:
         root = results.runs_dir()
-        found = sorted(p for p in root.glob("*") if p.name != "interactive" and reportable(p))
-        if not found:
+        if not (found := sorted(p for p in root.glob("*") if p.name != "interactive"
+                                and reportable(p))):
             raise FileNotFoundError(f"no run directory with results under {root}; run `gpubench "
                                     "run` (in a checkout: `make run` or `make quick`) first")
         run_dirs = found[-1:]

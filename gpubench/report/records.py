@@ -1,6 +1,5 @@
-"""Queries over loaded records that every topic of the report shares: the machines and columns
-("machine · env"), each column's baseline and CPU pairing, the crossover, the load flag and the
-book's train records. Pure functions over the dicts `gpubench.results` reads."""
+"""Queries over loaded records that every topic of the report shares: machines and "machine ·
+env" columns, each column's baseline and CPU pairing, the crossover, the load flag."""
 
 from __future__ import annotations
 
@@ -15,9 +14,9 @@ from gpubench.plots import column_of, sweep_records
 MODEL_TITLES = {"mlp_h1000": "MNIST MLP h1000", "mnist_cnn": "MNIST CNN",
                 "cifar_cnn": "CIFAR-10 CNN"}
 # What makes one measurement: a later record with the same values replaces it (hand re-runs).
-_IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "tf32",
-             "model", "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
-             "input_pipeline", "strategy", "replicas", "workers")
+IDENTITY = ("_column", "benchmark", "notebook", "device", "size", "method", "dtype", "tf32",
+            "model", "factor", "batch_size", "precision", "jit_compile", "steps_per_execution",
+            "input_pipeline", "strategy", "replicas", "workers")
 _VENDOR = re.compile(r"\((R|TM)\)|\b(Intel|AMD|NVIDIA|Processor|CPU|\d+-Core)\b|@.*", re.I)
 
 
@@ -48,48 +47,42 @@ def cpu_env(backend: str) -> str:
     return backends.LABEL_PREFIX.get(backend, f"{backend}-") + "cpu"
 
 
-def hardware(environment: dict) -> str:
-    """A machine in a few words, told apart by more than its name: "16-core Xeon, H200"."""
-    short = " ".join(_VENDOR.sub(" ", str(environment.get("cpu_model") or "")).split())
-    gpus = [_VENDOR.sub("", str(g.get("name") or "GPU")).strip()
-            for g in environment.get("gpus") or [] if isinstance(g, dict)]
-    return ", ".join([f"{fmt(environment.get('cpu_count'), '')}-core {short or 'CPU'}", *gpus])
-
-
 def machine_of(record: dict) -> str:
     """The machine that made a record, as `label_columns` named it."""
     return record.get("_machine") or record["environment"].get("hostname") or "machine"
 
 
 def label_columns(records: list[dict]) -> None:
-    """Name each record's machine (`_machine`: its hostname, with its hardware and then its OS
-    where machines share a hostname) and column (`_column`: "machine · env", with the backend
-    where an env label holds several and the run dir where a pair repeats across runs)."""
-    keys: dict[str, set] = defaultdict(set)
-    for r in records:
+    """Label each record's `_machine` (told apart by hardware, then OS) and `_column`."""
+    def kind(r: dict) -> tuple[str, str]:  # "16-core Xeon, H200" and the OS
         env = r["environment"]
-        r["_machine"] = env.get("hostname") or "machine"
-        keys[r["_machine"]].add((hardware(env), env.get("os") or "OS unknown"))
+        cpu = " ".join(_VENDOR.sub(" ", str(env.get("cpu_model") or "")).split()) or "CPU"
+        gpus = [_VENDOR.sub("", str(g.get("name") or "GPU")).strip()
+                for g in env.get("gpus") or [] if isinstance(g, dict)]
+        return (", ".join([f"{fmt(env.get('cpu_count'), '')}-core {cpu}", *gpus]),
+                env.get("os") or "OS unknown")
+
+    kinds: dict[str, set] = defaultdict(set)
     for r in records:
-        same, key = keys[r["_machine"]], (hardware(r["environment"]),
-                                          r["environment"].get("os") or "OS unknown")
-        if len(same) > 1:
-            r["_machine"] += f" ({key[0]})" if len({k[0] for k in same}) == len(same) else (
-                f" ({', '.join(key)})")
-    dirs, names = defaultdict(set), defaultdict(set)
+        kinds[r["environment"].get("hostname") or "machine"].add(kind(r))
+    pairs: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        dirs[(r["_machine"], r["env"])].add(r["_run_dir"])
-        names[(r["_machine"], r["env"])].add(backend_of(r))
-    for r in records:
-        pair = (r["_machine"], r["env"])
-        backend = f" ({backends.backend_title(backend_of(r))})" if len(names[pair]) > 1 else ""
-        run = f" ({Path(r['_run_dir']).name})" if len(dirs[pair]) > 1 else ""
-        r["_column"] = f"{r['_machine']} · {r['env']}{backend}{run}"
+        host = r["environment"].get("hostname") or "machine"
+        same = kinds[host]
+        told = kind(r)[:1] if len({k[0] for k in same}) == len(same) else kind(r)
+        r["_machine"] = host if len(same) == 1 else f"{host} ({', '.join(told)})"
+        pairs[(r["_machine"], r["env"])].append(r)
+    for (machine, env), mine in pairs.items():
+        names, runs = {backend_of(r) for r in mine}, {r["_run_dir"] for r in mine}
+        for r in mine:
+            r["_column"] = (f"{machine} · {env}"
+                            + f" ({backends.backend_title(backend_of(r))})" * (len(names) > 1)
+                            + f" ({Path(r['_run_dir']).name})" * (len(runs) > 1))
 
 
 def identity(record: dict) -> tuple:
-    """What makes one measurement (`_IDENTITY`'s fields, as text)."""
-    return tuple(str(record.get(k)) for k in _IDENTITY)
+    """What makes one measurement (IDENTITY's fields, as text)."""
+    return tuple(str(record.get(k)) for k in IDENTITY)
 
 
 def columns(records: list[dict]) -> list[str]:
@@ -101,8 +94,7 @@ def columns(records: list[dict]) -> list[str]:
 
 
 def baselines(records: list[dict]) -> dict[str, str | None]:
-    """Each column's baseline: the CPU env of its machine and backend; of two such CPU columns,
-    the one in the book's mode (XLA off, float32), else the earlier run, which has none itself."""
+    """Each column's baseline: its machine's CPU env of its backend (in the book's mode first)."""
     other_mode = {column_of(r) for r in book_train(records) if r.get("precision") not in (
         None, "float32") or r.get("jit_compile") and backend_of(r) != "jax"}
     first: dict[tuple, tuple] = {}  # (machine, backend) -> the best CPU column's rank
@@ -111,24 +103,20 @@ def baselines(records: list[dict]) -> dict[str, str | None]:
             rank = (column_of(r) in other_mode, str(r.get("timestamp")), column_of(r))
             key = (machine_of(r), backend_of(r))
             first[key] = min(first.get(key, rank), rank)
-    found = {}
-    for r in records:
-        base = first.get((machine_of(r), backend_of(r)), (None, None, None))[2]
-        found[column_of(r)] = None if base == column_of(r) else base
-    return found
+    bases = {column_of(r): first.get((machine_of(r), backend_of(r)), (None,) * 3)[2]
+             for r in records}
+    return {column: None if base == column else base for column, base in bases.items()}
 
 
 def pairings(records: list[dict]) -> dict[str, str | None]:
-    """The column whose CPU matmul timings pair with each column's GPU ones: the same column
-    where it timed the CPU (as the book did), else its baseline where that one did."""
+    """The column whose CPU matmul timings pair with each column's: its own, else its baseline."""
     timed = {column_of(r) for r in sweep_records(records) if r["device"] == "cpu"}
     return {column: column if column in timed else base if base in timed else None
             for column, base in baselines(records).items()}
 
 
 def crossover(points: list[tuple[int, float]]) -> int | None:
-    """The size from which the GPU wins (speedup above 1) at every larger size; None where it
-    loses at the largest."""
+    """The size from which the GPU wins (speedup above 1) at every larger size, if any."""
     size = None
     for n, speedup in sorted(points, reverse=True):
         if speedup <= 1:
@@ -138,8 +126,7 @@ def crossover(points: list[tuple[int, float]]) -> int | None:
 
 
 def loaded(record: dict) -> str:
-    """"load 6.5 on 2 cores" where the load average (the region's or an epoch's) exceeded the
-    machine's cores while the record was measured; "" otherwise."""
+    """"load 6.5 on 2 cores" where a load average of the record exceeded the cores; else ""."""
     loads = [x for x in [record.get("load_average"), *(record.get("epoch_load_average") or [])]
              if isinstance(x, (int, float))]
     cores = record["environment"].get("cpu_count")
@@ -151,8 +138,3 @@ def loaded(record: dict) -> str:
 def book_train(records: list[dict]) -> list[dict]:
     """Train records of the book's chapters (not Speed_Factors variants)."""
     return [r for r in records if r["benchmark"] == "train" and r.get("factor") is None]
-
-
-def by_model_and_column(records: list[dict]) -> dict[tuple[str, str], dict]:
-    """The book's train records by (model, column)."""
-    return {(r["model"], column_of(r)): r for r in book_train(records)}

@@ -4,21 +4,16 @@ what those numbers say. GPU (NVML) and CPU package (RAPL) energy are kept apart,
 from __future__ import annotations
 
 from gpubench import timing
+from gpubench.fmt import MISSING, busy_text, dtype_label, joules, number
 from gpubench.fmt import NOT_A_NUMBER as NA
-from gpubench.fmt import busy_text, dtype_label, joules, number
-from gpubench.report.format import explained_table
+from gpubench.report.format import explained_table, prose
 from gpubench.report.records import book_train, columns, model_rank, model_title
 from gpubench.results import TELEMETRY_FIELDS, dtype_of, ok_records
 
 BUSY_LOW_PERCENT = 60  # below this the GPU mostly waits: on the input feed or on Python
-CLOCK_REASONS = (  # NVML's clock event reasons: what they mean, and why
-    ({"sw_power_cap"}, "clocks held back by the power cap",
-     "the GPU drew its power limit; normal at full load, it sets the top speed"),
-    ({"sw_thermal_slowdown", "hw_thermal_slowdown"}, "clocks slowed by heat (thermal slowdown)",
-     "the GPU is too hot: check its cooling and airflow"),
-    ({"hw_slowdown", "hw_power_brake_slowdown"},
-     "clocks slowed by the hardware (slowdown or power brake)",
-     "the board or its power supply asked the GPU to slow down"))
+CLOCK_REASONS = {"power cap": {"sw_power_cap"},  # NVML's clock event reasons, by what they mean
+                 "heat": {"sw_thermal_slowdown", "hw_thermal_slowdown"},
+                 "hardware": {"hw_slowdown", "hw_power_brake_slowdown"}}
 TELEMETRY_HEADERS = ["machine · env", "run", "device", "GPU busy", "GPU mean power",
                      "GPU energy per steady epoch", "images per joule (GPU)",
                      "CPU use (one core = 100 %)", "CPU energy per epoch", "images per joule (CPU)"]
@@ -26,8 +21,7 @@ NO_RAPL = f"{NA} (no RAPL on this machine)"
 
 
 def gpu_busy(record: dict) -> tuple[float | None, bool]:
-    """A record's GPU busy % and whether it is the run's mean: its busy region's where one ran
-    (Speed_Factors), else `timing.busy_percent` of its epochs."""
+    """GPU busy % and whether it is the run's mean: the busy region's, else the epochs'."""
     if record.get("busy_region") is not None:
         return record["busy_region"].get("gpu_util_percent_mean"), False
     return timing.busy_percent(record.get("epoch_gpu_util_percent"),
@@ -47,9 +41,7 @@ def busy_cell(record: dict) -> str:
 
 
 def energy_cells(record: dict) -> list[str]:
-    """GPU mean power, GPU energy per steady epoch (the median over the epochs of GPU busy; else
-    all epochs' mean, said so), images per joule (GPU), CPU use, CPU energy per epoch and images
-    per joule (CPU) of one record."""
+    """A record's cells of the table from "GPU mean power" on."""
     telemetry = record.get("telemetry") or {}
     epochs = record.get("epochs") or len(record.get("epoch_seconds") or []) or None
     gpu, words = timing.busy_percent(record.get("epoch_energy_joules"), None)[0], ""
@@ -69,6 +61,20 @@ def energy_cells(record: dict) -> list[str]:
             joules(cpu) if cpu is not None else NO_RAPL if epochs else NA, per_joule(cpu)]
 
 
+def energy_text(record: dict) -> str:
+    """All epochs' energy: the GPU's (NVML, on a GPU) and the CPU package's (RAPL), or why not."""
+    if not (telemetry := record.get("telemetry")):
+        return MISSING
+    gpu, cpu = telemetry.get("energy_joules"), telemetry.get("cpu_energy_joules")
+    how = {"counter": " (counter)", "power_integral": " (power x time)"}.get(
+        telemetry.get("energy_method"), "")
+    parts = [f"CPU {joules(cpu)} (RAPL)" if cpu is not None else f"CPU {NO_RAPL}"]
+    if record["device"].startswith("gpu"):
+        parts.insert(0, f"GPU {joules(gpu)}{how}" if gpu is not None
+                     else f"GPU {NA} ({telemetry.get('reason') or 'not measured'})")
+    return "; ".join(parts)
+
+
 def diagnosis(record: dict) -> list[str]:
     """What the telemetry says about a record, one finding a line; [] if fine."""
     telemetry = record.get("telemetry") or {}
@@ -76,24 +82,19 @@ def diagnosis(record: dict) -> list[str]:
         return []
     lines, (busy, _) = [], gpu_busy(record)
     if busy is not None and busy < BUSY_LOW_PERCENT and record["benchmark"] != "matmul":
-        lines.append(f"GPU busy {number(busy)} % of the epoch: it waits on the input feed or on "
-                     "Python between steps; see Speed_Factors' input pipelines and steps per "
-                     "execution")
+        lines.append(prose("busy low", busy=number(busy)))
     if telemetry.get("throttled"):
-        low, top = telemetry.get("sm_clock_mhz_min"), telemetry.get("sm_clock_mhz_max")
-        lines.append(f"**throttled**: the SM clock fell to {number(low)} MHz, below 75 % of its "
-                     f"max ({number(top)} MHz): the figures are slower than this GPU can be")
+        lines.append(prose("throttled", low=number(telemetry.get("sm_clock_mhz_min")),
+                           top=number(telemetry.get("sm_clock_mhz_max"))))
     per_epoch = record.get("epoch_clock_event_reasons") or []
-    for names, what, why in CLOCK_REASONS:
+    for key, names in CLOCK_REASONS.items():
+        what, why = prose(f"clocks {key}").split(": ", 1)
         if any(seen is not None for seen in per_epoch):
             count = sum(1 for seen in per_epoch if seen and names & set(seen))
-            lines += [f"{what} in {count} of {len(per_epoch)} epochs: {why}"] if count else []
+            lines += [f"{what} in {count} of {len(per_epoch)} epochs: {why}"] * bool(count)
         elif names & set(telemetry.get("clock_event_reasons") or ()):
             lines.append(f"{what} during the run: {why}")
-    if telemetry.get("partial"):
-        lines.append("telemetry partial: NVML failed during the run, so its figures cover only "
-                     "part of it and the energy is unknown")
-    return lines
+    return lines + [prose("partial")] * bool(telemetry.get("partial"))
 
 
 def _run_name(record: dict) -> str:
@@ -104,9 +105,7 @@ def _run_name(record: dict) -> str:
 
 
 def section(records: list[dict]) -> list[str]:
-    """The "Telemetry" section: per book or scaling run whose telemetry measured anything, how
-    busy the GPU was, its power and energy, and CPU use; then what the numbers say (a throttled
-    matmul region too)."""
+    """The "Telemetry" section: GPU busy, power, energy and CPU use, and what they say."""
     order, figures = columns(records), TELEMETRY_FIELDS[3:]  # after source, reason, partial
     shown = sorted((r for r in book_train(ok_records(records, "train"))
                     + ok_records(records, "scaling") if any(
@@ -121,7 +120,6 @@ def section(records: list[dict]) -> list[str]:
                 for r in shown + hot for finding in diagnosis(r)]
     rows = [[r["_column"], _run_name(r), r["device"], busy_cell(r), *energy_cells(r)]
             for r in shown]
-    return ["## Telemetry: how busy, how much power, how much energy", "",
-            "Measured while each epoch ran: GPU energy from the driver's counter, or power x "
-            "time where the GPU has none.", "", *explained_table(TELEMETRY_HEADERS, rows),
+    return ["## Telemetry: how busy, how much power, how much energy", "", prose("telemetry"), "",
+            *explained_table(TELEMETRY_HEADERS, rows),
             *(["What the numbers say:", "", *findings, ""] if findings else [])]

@@ -1,8 +1,6 @@
-"""A run directory's file names, the lock that keeps it to one process (RUN_DIR/run.lock, dropped
-by the OS when its holder dies), writes that never leave a half-written file (.NAME.PID.tmp, then
-`os.replace`), and the kernels' connection files (jupyter_client's tmpXXXX.json, with a kernel's
-key and ports), listed in RUN_DIR/kernels.txt. What dead processes left is removed, and named,
-by the next process that takes the lock or reports on the run."""
+"""A run directory: its file names, the lock that keeps it to one process (run.lock, dropped by
+the OS when its holder dies), writes that never leave a half-written file, and the removal of
+what dead processes left there: their temp files and their kernels' connection files."""
 
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from gpubench import results
 
 LOCK = "run.lock"
 MANIFEST = "run.json"  # the job list of `gpubench run`
-KERNELS = "kernels.txt"  # "PID PATH" per line: a kernel connection file, its runner's PID
-_TEMP = re.compile(r"\..+\.(\d+)\.tmp")  # write_atomic's temp file: .NAME.PID.tmp
+KERNEL = ".kernel-"  # a kernel's connection file (its key and ports): .kernel-ID.json.PID.tmp
+_TEMP = re.compile(r"\..+\.(\d+)\.tmp")  # temp_of's name: .NAME.PID.tmp
 
 
 class UsageError(ValueError):
@@ -36,8 +35,7 @@ class UsageError(ValueError):
 
 @contextlib.contextmanager
 def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
-    """Hold an exclusive flock on `path` (the OS drops it if we die); wait=False raises
-    BlockingIOError when another process holds it."""
+    """Hold a flock on `path` (dropped if we die); wait=False: BlockingIOError if it is held."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -54,8 +52,7 @@ def resume_command(run_dir: Path) -> str:
 
 
 def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
-    """Hold run.lock in `run_dir` until `stack` closes, then tidy it; a second process:
-    UsageError naming the holder."""
+    """Hold run.lock in `run_dir` until `stack` closes, and tidy it; UsageError if it is held."""
     try:
         fd = stack.enter_context(locked(run_dir / LOCK, wait=False))
         os.ftruncate(fd, 0)
@@ -77,19 +74,17 @@ def lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
     tidy(run_dir)
 
 
-def tidy(run_dir: Path) -> None:
-    """Remove, and name, what dead processes left in `run_dir`: write_atomic's temp files and
-    the connection files of their kernels."""
-    if removed := remove_leftovers(run_dir):
-        print(f"Removed {len(removed)} temp file(s) that an interrupted writer left in {run_dir}: "
-              + ", ".join(p.name for p in removed), flush=True)
-    if removed := remove_connection_files(run_dir):
-        print(f"Removed {len(removed)} connection file(s) of dead kernels of {run_dir} (each held "
-              "a kernel's key and ports): " + ", ".join(removed), flush=True)
+def temp_of(target: Path) -> Path:
+    """The temp file (.NAME.PID.tmp) this process fills before it replaces `target` with it."""
+    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
+
+
+def connection_file(run_dir: Path) -> str:
+    """A new kernel connection file in `run_dir`, named as this process's temp files are."""
+    return str(temp_of(Path(run_dir).resolve() / f"{KERNEL[1:]}{uuid.uuid4().hex[:12]}.json"))
 
 
 def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -99,52 +94,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_leftovers(run_dir: Path) -> list[Path]:
-    """Remove the temp files of `write_atomic` whose writer is dead; returns those removed."""
+def remove_leftovers(run_dir: Path, *, ours: bool = False) -> list[Path]:
+    """Remove and return the temp files of dead processes in `run_dir` (`ours`: our kernels')."""
     removed = []
-    for path in sorted(run_dir.glob(".*.tmp")):
-        match = _TEMP.fullmatch(path.name)
-        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+    for path in sorted(Path(run_dir).glob(".*.tmp")):
+        if not (match := _TEMP.fullmatch(path.name)):
+            continue
+        pid = int(match[1])
+        if ((pid == os.getpid() and path.name.startswith(KERNEL)) if ours
+                else (pid != os.getpid() and not _alive(pid))):
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed.append(path)
     return removed
 
 
-def note_connection_file(run_dir: Path, path: str) -> None:
-    """List kernel connection file `path` in RUN_DIR/kernels.txt, as this process's."""
-    with open(run_dir / KERNELS, "a", encoding="utf-8") as listed:
-        listed.write(f"{os.getpid()} {path}\n")
-
-
-def remove_connection_files(run_dir: Path, *, ours: bool = False) -> list[str]:
-    """Remove the connection files kernels.txt lists of dead processes (`ours`: of this one, at
-    the end of its job) and their lines; returns the files that were still there."""
-    try:
-        lines = (run_dir / KERNELS).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    kept, removed, me = [], [], str(os.getpid())
-    for line in lines:
-        pid, _, path = line.partition(" ")
-        if (pid == me) != ours or (not ours and pid.isdigit() and _alive(int(pid))):
-            kept.append(line)
-            continue
-        with contextlib.suppress(OSError):
-            os.remove(path)
-            removed.append(path)
-    with contextlib.suppress(OSError):
-        if kept:
-            write_atomic(run_dir / KERNELS, lambda tmp: tmp.write_text("\n".join(kept) + "\n"))
-        else:
-            (run_dir / KERNELS).unlink()
-    return removed
+def tidy(run_dir: Path) -> None:
+    """Remove, and name, what dead processes left in `run_dir`."""
+    removed = remove_leftovers(run_dir)
+    if temps := [p.name for p in removed if not p.name.startswith(KERNEL)]:
+        print(f"Removed {len(temps)} temp file(s) that an interrupted writer left in {run_dir}: "
+              + ", ".join(temps), flush=True)
+    if keys := [str(p) for p in removed if p.name.startswith(KERNEL)]:
+        print(f"Removed {len(keys)} connection file(s) of dead kernels of {run_dir} (each held a "
+              "kernel's key and ports): " + ", ".join(keys), flush=True)
 
 
 def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
-    """`save(tmp)` into a temp file beside `target` (.NAME.PID.tmp), then replace `target` with
-    it; on any failure the temp file is removed and the error raised. Returns `target`."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    """`save(tmp)` into `temp_of(target)`, then replace `target` with it (no temp file left)."""
+    tmp = temp_of(target)
     try:
         save(tmp)
         os.replace(tmp, target)
@@ -155,16 +133,14 @@ def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
     return target
 
 
-def _pdeathsig() -> Callable[..., int]:
-    """Linux's prctl, bound now (nothing is imported between fork and exec)."""
+def _pdeathsig() -> Callable[..., int]:  # bound before a fork: nothing is imported after it
     import ctypes  # noqa: PLC0415 - only where a process is tied to its parent
 
     return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def tie_to_parent(parent: int, prctl: Callable[..., int] | None = None) -> None:
-    """End this process when `parent` (its parent's PID) dies, even by kill -9: the kernel sends
-    SIGKILL (PR_SET_PDEATHSIG) on Linux; elsewhere a thread polls the parent's PID."""
+    """End this process when `parent` dies, even by kill -9 (else a thread polls its PID)."""
     if sys.platform.startswith("linux"):
         (prctl or _pdeathsig())(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before prctl took effect
@@ -182,8 +158,7 @@ def tie_to_parent(parent: int, prctl: Callable[..., int] | None = None) -> None:
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """A Popen preexec_fn that ties the child to this process between fork and exec; None off
-    Linux, where the child ties itself."""
+    """A Popen preexec_fn tying the child to this process; None off Linux (it ties itself)."""
     if not sys.platform.startswith("linux"):
         return None
     parent, prctl = os.getpid(), _pdeathsig()

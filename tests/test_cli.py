@@ -35,7 +35,7 @@ def _run_dir(path: Path, jobs: list[dict] | None = None) -> Path:
     """A run directory as `gpubench run` leaves it, with the given jobs."""
     path.mkdir(parents=True, exist_ok=True)
     jobs = jobs or [{"env": "cpu", "notebook": "performanceTest", "status": "pending"}]
-    (path / runner.MANIFEST).write_text(json.dumps({
+    (path / rundir.MANIFEST).write_text(json.dumps({
         "schema": 1, "run_id": "r1", "profile": "quick", "created": "now",
         "params": {"*": {"sizes": [64], "repeats": 1}}, "jobs": jobs}))
     return path
@@ -69,10 +69,10 @@ def test_p_is_checked_against_the_notebook_file_that_will_run(tmp_path, monkeypa
     cell["source"] = "".join(cell["source"]) + '\nrun_note = "none"\n'
     path.write_text(json.dumps(notebook))
     monkeypatch.setattr(params, "notebooks_dir", lambda: copy)
-    given = runner.parse_params(["Mnist_MLP_h1000:run_note=tried"])
-    runner.check_params(given, ["Mnist_MLP_h1000"])
-    job = runner.Job("cpu", "Mnist_MLP_h1000")
-    assert runner.job_parameters(job, tmp_path, {"profile": "quick", "params": given})[
+    given = runner.targets.parse_params(["Mnist_MLP_h1000:run_note=tried"])
+    runner.targets.check_params(given, ["Mnist_MLP_h1000"])
+    job = runner.manifest.Job("cpu", "Mnist_MLP_h1000")
+    assert runner.loop.job_parameters(job, tmp_path, {"profile": "quick", "params": given})[
         "run_note"] == "tried"
 
 
@@ -158,8 +158,8 @@ def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, ch
     kernel, and saying to start a new run."""
     monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
     run_dir = _run_dir(tmp_path / "r")
-    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
-    (run_dir / runner.MANIFEST).write_text(json.dumps({**manifest, **change}))
+    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    (run_dir / rundir.MANIFEST).write_text(json.dumps({**manifest, **change}))
     code, _, err = _main(capsys, "run", "--resume", str(run_dir))
     assert code == 2 and field in err, err
     assert "start a new run with `gpubench run`" in err and "Traceback" not in err
@@ -192,7 +192,7 @@ def test_full_disk_when_writing_run_json(capsys, tmp_path, monkeypatch):
     real_write_text = Path.write_text
 
     def full(self, *args, **kwargs):
-        if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
+        if self.name.startswith(f".{rundir.MANIFEST}.") and self.name.endswith(".tmp"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real_write_text(self, *args, **kwargs)
 
@@ -246,9 +246,9 @@ def test_a_held_run_directory_is_refused_naming_the_pid(capsys, tmp_path):
     run_dir = _run_dir(tmp_path / "r")
     holder = subprocess.Popen([sys.executable, "-c",
                                "import contextlib, os, sys, time\n"
-                               "from pathlib import Path\nfrom gpubench import runner\n"
+                               "from pathlib import Path\nfrom gpubench import rundir\n"
                                "with contextlib.ExitStack() as s:\n"
-                               f"    runner.lock_run_dir(Path({str(run_dir)!r}), s)\n"
+                               f"    rundir.lock_run_dir(Path({str(run_dir)!r}), s)\n"
                                "    print('locked', flush=True); time.sleep(60)\n"],
                               cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
@@ -261,7 +261,7 @@ def test_a_held_run_directory_is_refused_naming_the_pid(capsys, tmp_path):
     finally:
         holder.kill()  # kill -9: the OS drops the lock with the process
         holder.wait()
-    with rundir.locked(run_dir / runner.LOCK, wait=False):
+    with rundir.locked(run_dir / rundir.LOCK, wait=False):
         pass
 
 
@@ -270,12 +270,12 @@ def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
     run_dir = tmp_path / "r"
     first, second = contextlib.ExitStack(), contextlib.ExitStack()
     with first, second:
-        targets = {"cpu": runner.Target(kernel="gpubench-cpu")}
-        runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
+        targets = {"cpu": runner.targets.Target(kernel="gpubench-cpu")}
+        runner.manifest.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
         monkeypatch.setattr(runner.manifest, "check_new_out", lambda path: None)  # it looked too early
-        with pytest.raises(runner.UsageError,
+        with pytest.raises(rundir.UsageError,
                            match=f"in use by another gpubench run \\(PID {os.getpid()}\\)"):
-            runner.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
+            runner.manifest.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
 
 
 # ---- a job: attempt, records on disk, errors
@@ -303,7 +303,7 @@ def _fake_papermill(monkeypatch, write=None, raise_error=None) -> list[dict]:
         asyncio.run(start(manager))
         seen[-1].update(kernel=kernel_name, argv=manager.kernel_spec.argv, params=parameters,
                         claimed=json.loads((Path(parameters["results_path"]).parent
-                                            / runner.MANIFEST).read_text())["jobs"])
+                                            / rundir.MANIFEST).read_text())["jobs"])
         if write is not None:
             write(parameters["results_path"], int(seen[-1]["GPUBENCH_ATTEMPT"]),
                   parameters["env_name"])
@@ -329,13 +329,13 @@ def _record(path: str, attempt: int, env: str = "cpu", notebook: str = "performa
 MANIFEST = {"run_id": "r1", "profile": "quick", "params": {}}
 
 
-def _execute(job: runner.Job, run_dir: Path, manifest: dict | None = None) -> None:
-    runner.execute(job, run_dir, dict(manifest or MANIFEST), [job])
+def _execute(job: runner.manifest.Job, run_dir: Path, manifest: dict | None = None) -> None:
+    runner.loop.execute(job, run_dir, dict(manifest or MANIFEST), [job])
 
 
 def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, monkeypatch):
     seen = _fake_papermill(monkeypatch, write=_record)
-    job = runner.Job("cpu", "performanceTest")
+    job = runner.manifest.Job("cpu", "performanceTest")
     for attempt in (1, 2):
         _execute(job, tmp_path)
         assert (job.status, job.attempt) == ("ok", attempt)
@@ -350,7 +350,7 @@ def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, mo
 
 def test_a_notebook_without_records_on_disk_fails(tmp_path, monkeypatch):
     _fake_papermill(monkeypatch, write=lambda path, attempt, env: _record(path, attempt - 1))
-    job = runner.Job("cpu", "performanceTest", attempt=1)
+    job = runner.manifest.Job("cpu", "performanceTest", attempt=1)
     _execute(job, tmp_path)
     assert job.status == "failed" and job.attempt == 2
     assert "holds no readable record of it (attempt 2)" in job.error
@@ -362,7 +362,7 @@ def test_a_cut_off_record_does_not_count(tmp_path, monkeypatch):
             fh.write('{"env": "cpu", "notebook": "performanceTest", "attem')
 
     _fake_papermill(monkeypatch, write=cut)
-    job = runner.Job("cpu", "performanceTest")
+    job = runner.manifest.Job("cpu", "performanceTest")
     with warnings.catch_warnings():  # the report warns of a skipped line, once; the job does not
         warnings.simplefilter("error")
         _execute(job, tmp_path)
@@ -376,7 +376,7 @@ def test_a_full_disk_in_the_notebook_fails_the_job_saying_so(tmp_path, monkeypat
                    "free some space (or make it writable) and resume the run")
     _fake_papermill(monkeypatch, raise_error=papermill.PapermillExecutionError(
         3, 1, "store.append(record)", "ResultsWriteError", store_error, []))
-    job = runner.Job("cpu", "performanceTest")
+    job = runner.manifest.Job("cpu", "performanceTest")
     _execute(job, tmp_path)
     assert job.status == "failed" and "the disk is full" in job.error
     assert f"{tmp_path}/results.jsonl" in job.error
@@ -441,16 +441,16 @@ def test_report_help_says_what_it_reads_and_writes(capsys):
     ("quick", [], {"virtual_devices": 2}), ("full", [], None),
     ("full", ["Multi_GPU_Scaling"], {"virtual_devices": 2})])
 def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path):
-    job = runner.Job("cpu", "Multi_GPU_Scaling")
-    targets = {"cpu": runner.Target(kernel="gpubench-cpu", devices=["cpu"])}
+    job = runner.manifest.Job("cpu", "Multi_GPU_Scaling")
+    targets = {"cpu": runner.targets.Target(kernel="gpubench-cpu", devices=["cpu"])}
     runner.loop.plan([job], {"profile": profile, "named": named}, targets, {})
     assert job.extra == expected
     assert job.status == ("skipped" if expected is None else "pending")
     if expected:
         manifest = {"profile": profile, "params": {}}
-        assert runner.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 2
+        assert runner.loop.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 2
         manifest["params"] = {"Multi_GPU_Scaling": {"virtual_devices": 4}}  # the user's -p wins
-        assert runner.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 4
+        assert runner.loop.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 4
     else:
         assert "needs 2 or more GPUs" in job.error
 
@@ -497,12 +497,12 @@ def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_
                             "performanceTest", "--out", str(out))
     assert code == 0, stdout
     assert probes[0][0] == [sys.executable]
-    assert seen[0]["kernel"] == runner.HERE_KERNEL
+    assert seen[0]["kernel"] == runner.kernels.HERE_KERNEL
     assert seen[0]["argv"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
     assert seen[0]["KERAS_BACKEND"] == "jax" and seen[0]["params"]["env_name"] == "jax-cpu"
     assert str(REPO) in seen[0]["PYTHONPATH"].split(os.pathsep)
-    manifest = json.loads((out / runner.MANIFEST).read_text())
-    assert manifest["schema"] == runner.MANIFEST_SCHEMA
+    manifest = json.loads((out / rundir.MANIFEST).read_text())
+    assert manifest["schema"] == runner.manifest.MANIFEST_SCHEMA
     assert manifest["envs"]["jax-cpu"] == {
         "how": "here", "kernel": None, "python": sys.executable, "backend": "jax",
         "devices": ["cpu"], "tensorflow_importable": False, "diagnosis": None}
@@ -510,9 +510,9 @@ def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_
         ("jax-cpu", "ok", 1)]
     # --resume reaches the env the same way, without probing again
     manifest["jobs"][0]["status"] = "failed"
-    (out / runner.MANIFEST).write_text(json.dumps(manifest))
+    (out / rundir.MANIFEST).write_text(json.dumps(manifest))
     code, _, _ = _main(capsys, "run", "--resume", str(out))
-    assert code == 0 and len(probes) == 1 and seen[1]["kernel"] == runner.HERE_KERNEL
+    assert code == 0 and len(probes) == 1 and seen[1]["kernel"] == runner.kernels.HERE_KERNEL
     assert seen[1]["GPUBENCH_ATTEMPT"] == "2"
 
 
@@ -573,7 +573,7 @@ def test_kernel_runs_in_an_existing_kernel_labelled_by_its_probe(capsys, tmp_pat
     argv, env = probes[0]
     assert argv == [sys.executable] and env["KERAS_BACKEND"] == "jax" and env["MINE"] == "1"
     assert seen[0]["kernel"] == "my-jax" and seen[0]["params"]["env_name"] == "jax-cpu"
-    target = json.loads((out / runner.MANIFEST).read_text())["envs"]["jax-cpu"]
+    target = json.loads((out / rundir.MANIFEST).read_text())["envs"]["jax-cpu"]
     assert (target["how"], target["kernel"], target["python"]) == ("kernel", "my-jax",
                                                                   sys.executable)
 
@@ -604,13 +604,12 @@ def test_resume_reaches_the_envs_it_started_with(capsys, tmp_path, option):
 @pytest.mark.parametrize("how", ["envs", "here", "kernel", "doctor"])
 def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, value, words, how):
     monkeypatch.setattr(envs, "probe_python", lambda *a, **k: pytest.fail("probed"))
-    argv = {"envs": ["run", "--envs", "cpu"], "here": ["run", "--here"],
+    argv = {"envs": ["run", "--envs", "cpu-mine"], "here": ["run", "--here"],
             "kernel": ["run", "--kernel", "k"], "doctor": ["doctor"]}[how]
     if how == "kernel":
         _kernel(tmp_path, monkeypatch, "k", env={"KERAS_BACKEND": value})
     elif how == "envs":  # a gpubench-ENV kernel pins its backend in its spec: that one counts
-        monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
-            "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": value}}})
+        _kernel(tmp_path, monkeypatch, "gpubench-cpu-mine", env={"KERAS_BACKEND": value})
     else:
         monkeypatch.setenv("KERAS_BACKEND", value)
     out = ["--out", str(tmp_path / "r")] if how != "doctor" else []
@@ -622,10 +621,8 @@ def test_an_unsupported_keras_backend_exits_2(capsys, tmp_path, monkeypatch, val
 def test_a_kernel_pins_its_backend_whatever_the_shell_says(capsys, tmp_path, monkeypatch):
     """KERAS_BACKEND in the shell does not reach a gpubench-ENV kernel: its spec sets it."""
     monkeypatch.setenv("KERAS_BACKEND", "jax")
-    monkeypatch.setattr(envs, "kernel_specs", lambda: {"cpu": {
-        "kernel": "gpubench-cpu", "argv": [sys.executable], "env": {"KERAS_BACKEND": "tensorflow"},
-        "resource_dir": str(REPO / ".jupyter" / "kernels" / "gpubench-cpu")}})
-    targets, _ = runner.targets.for_new_run(["cpu"], False, None, ["performanceTest"], {}, [])
+    _kernel(tmp_path, monkeypatch, "gpubench-cpu", env={"KERAS_BACKEND": "tensorflow"})
+    targets, _ = runner.targets.for_new_run(["cpu"], False, None, ["performanceTest"], {})
     assert targets["cpu"].backend == "tensorflow"
 
 
@@ -635,7 +632,7 @@ def test_default_envs_are_those_set_up(capsys, tmp_path, monkeypatch, no_report)
     seen = _fake_papermill(monkeypatch, write=_record)
     code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
                             "performanceTest", "--out", str(tmp_path / "r"))
-    jobs = json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]
+    jobs = json.loads((tmp_path / "r" / rundir.MANIFEST).read_text())["jobs"]
     book = sorted(e for e in envs.kernel_specs() if backends.env_backend(e) == "tensorflow")
     assert code == 0 and sorted(j["env"] for j in jobs) == book  # other backends when named
     assert "SKIPPED" not in stdout and len(seen) == len(jobs)
@@ -681,7 +678,7 @@ def test_a_gpu_env_that_sees_no_gpu(capsys, tmp_path, monkeypatch, no_report):
     monkeypatch.setattr(report, "build", lambda dirs, out=None: Path(dirs[0]) / "report.md")
     code, stdout, _ = _main(capsys, "run", "--profile", "quick", "--notebooks",
                             "performanceTest", "--out", str(tmp_path / "r"))
-    jobs = {j["env"]: j for j in json.loads((tmp_path / "r" / runner.MANIFEST).read_text())["jobs"]}
+    jobs = {j["env"]: j for j in json.loads((tmp_path / "r" / rundir.MANIFEST).read_text())["jobs"]}
     assert code == 1 and jobs["gpu"]["status"] == "failed" and jobs["cpu"]["status"] == "ok"
     assert "FAILED env gpu: Diagnosis: the driver is broken." in stdout and len(seen) == 1
 
@@ -718,7 +715,7 @@ def test_a_resumed_crash_runs_a_higher_attempt_and_needs_its_own_records(capsys,
     _record(str(run_dir / "results.jsonl"), 1)
     seen = _fake_papermill(monkeypatch)  # writes no record
     code, _, _ = _main(capsys, "run", "--resume", str(run_dir))
-    job = json.loads((run_dir / runner.MANIFEST).read_text())["jobs"][0]
+    job = json.loads((run_dir / rundir.MANIFEST).read_text())["jobs"][0]
     assert seen[0]["GPUBENCH_ATTEMPT"] == "2" and seen[0]["claimed"][0]["status"] == "running"
     assert code == 1 and (job["status"], job["attempt"]) == ("failed", 2)
     assert "attempt 2" in job["error"]
@@ -732,7 +729,7 @@ def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypat
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("reported"))
 
     def full(self, *args, **kwargs):
-        if self.name.startswith(f".{runner.MANIFEST}.") and self.name.endswith(".tmp"):
+        if self.name.startswith(f".{rundir.MANIFEST}.") and self.name.endswith(".tmp"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real_write_text(self, *args, **kwargs)
 
@@ -741,7 +738,7 @@ def test_a_claim_that_cannot_be_saved_starts_nothing(capsys, tmp_path, monkeypat
     code, _, err = _main(capsys, "run", "--resume", str(run_dir))
     assert code == 2 and f"cannot write {run_dir / 'run.json'}: the disk is full" in err
     assert seen == []  # no kernel for an attempt that is not on disk
-    assert json.loads((run_dir / runner.MANIFEST).read_text())["jobs"][0].get("attempt", 0) == 0
+    assert json.loads((run_dir / rundir.MANIFEST).read_text())["jobs"][0].get("attempt", 0) == 0
 
 
 # ---- Ctrl-C anywhere: exit 130, one line
@@ -900,8 +897,8 @@ def test_a_relative_data_dir_reaches_the_kernel_as_an_absolute_path(tmp_path, mo
     """Kernels run in notebooks/, so `-p data_dir=data` from the user's folder is made absolute."""
     (tmp_path / "data").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert runner.parse_params(["data_dir=data"]) == {"*": {"data_dir": str(tmp_path / "data")}}
-    runner.check_params(runner.parse_params(["data_dir=data"]), ["Mnist_CNN"])
+    assert runner.targets.parse_params(["data_dir=data"]) == {"*": {"data_dir": str(tmp_path / "data")}}
+    runner.targets.check_params(runner.targets.parse_params(["data_dir=data"]), ["Mnist_CNN"])
 
 
 def test_report_of_a_missing_path_says_it_does_not_exist(capsys, tmp_path):
@@ -983,7 +980,7 @@ def test_outside_a_checkout_a_missing_module_names_pip(capsys, monkeypatch, modu
         raise ModuleNotFoundError(f"No module named '{module}'", name=module)
 
     monkeypatch.setattr(machine, "checkout", lambda: None)
-    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
+    monkeypatch.setattr(envs, "install_source", lambda: "gpubench")  # from an index
     monkeypatch.setitem(cli.COMMANDS, "doctor", fail)
     code, _, err = _main(capsys, "doctor")
     assert code == 2 and words in err and sys.executable in err
@@ -1015,19 +1012,12 @@ def test_doctor_json_is_one_document_whatever_fails():
     assert found["gpubench"] and found["python"] == sys.executable
 
 
-@pytest.mark.parametrize("how,advice", [("here", "--here or --kernel"), ("env", "--envs cpu")])
-def test_multi_gpu_scaling_skipped_on_a_backend_says_what_fits_how_the_env_is_reached(
-        monkeypatch, how, advice):
-    """A backend with no data-parallel path (torch before issue 32): a `--here` run's skip does
-    not say `--envs cpu`, which does not apply there. The rule is scaling's, in one place."""
-    from gpubench.scaling import rules
-
-    job = runner.Job("torch-cpu", "Multi_GPU_Scaling")
-    targets = {"torch-cpu": runner.Target(how=how, kernel="k", python="p", backend="torch",
+@pytest.mark.parametrize("how", ["here", "env"])
+def test_multi_gpu_scaling_runs_on_every_backend_however_the_env_is_reached(tmp_path, how):
+    """Each backend has a data-parallel path: on a PyTorch CPU env, reached by `--here` or as a
+    gpubench-ENV kernel, a quick run plans Multi_GPU_Scaling on 2 virtual CPU devices."""
+    job = runner.manifest.Job("torch-cpu", "Multi_GPU_Scaling")
+    targets = {"torch-cpu": runner.targets.Target(how=how, kernel="k", python="p", backend="torch",
                                           devices=["cpu"])}
     runner.loop.plan([job], {"profile": "quick"}, targets, {})
-    assert job.status == ("skipped" if rules.backend_refusal("torch") else "pending")
-    monkeypatch.setattr(rules, "PARALLEL_BACKENDS", ("tensorflow", "jax"))
-    runner.loop.plan([job], {"profile": "quick"}, targets, {})
-    assert job.status == "skipped" and advice in job.error and "PyTorch" in job.error
-    assert ("--envs" in job.error) == (how == "env")
+    assert (job.status, job.error, job.extra) == ("pending", None, {"virtual_devices": 2})

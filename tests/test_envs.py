@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpubench import backends, envs, machine
+from gpubench.envs import create
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,9 +125,9 @@ def test_conda_creates_or_updates_cpu_env_and_registers_kernel(bin_dir, root, tm
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, tool, log, envs_json)
     fake_nvidia_smi(bin_dir, "fail")
-    assert envs.find_conda() == str(bin_dir / tool)
+    assert create.find_conda() == str(bin_dir / tool)
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 0
+    assert create.setup(root=root, echo=out.append) == 0
     assert argvs(log) == ["env list --json", expected, *conda_registered("gpubench-cpu", root)]
     # the yml's `-e .[cpu,test]` is relative to root
     assert [cwd for cwd, argv in calls(log)[1:] if " -c " not in argv] == [str(root)] * 3
@@ -142,7 +143,7 @@ def test_conda_gpu_env_only_when_gpu_found_or_asked(bin_dir, root, tmp_path, smi
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, "conda", log, ENVS_ABSENT)
     fake_nvidia_smi(bin_dir, smi)
-    assert envs.setup(gpu, root=root, echo=lambda line: None) == 0
+    assert create.setup(gpu, root=root, echo=lambda line: None) == 0
     lines = argvs(log)
     assert "env create -f environment-cpu.yml" in lines
     register_cpu = conda_registered("gpubench-cpu", root)
@@ -161,7 +162,7 @@ def test_conda_failing_step_stops_with_message(bin_dir, root, tmp_path):
     fake_conda(bin_dir, "conda", log, ENVS_ABSENT, fail_on="env create")
     fake_nvidia_smi(bin_dir, "gpu")
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     # nothing after the failure
     assert argvs(log) == ["env list --json", "env create -f environment-cpu.yml"]
     printed = "\n".join(out)
@@ -175,7 +176,7 @@ def test_conda_failing_kernel_registration_names_the_step(bin_dir, root, tmp_pat
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, "conda", log, ENVS_PRESENT, fail_on="ipykernel install")
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     assert "setup failed at step: register the Jupyter kernel gpubench-cpu" in "\n".join(out)
 
 
@@ -186,7 +187,7 @@ def test_conda_failing_kernel_registration_names_the_step(bin_dir, root, tmp_pat
 def test_conda_env_list_failure_says_why(bin_dir, root, body, why):
     write_script(bin_dir / "conda", body + "\n")
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     printed = "\n".join(out)
     assert "setup failed at step: list the conda envs" in printed and why in printed
     assert "GPUBENCH_CONDA=none" in printed
@@ -196,7 +197,7 @@ def test_conda_missing_yml_fails_clearly(bin_dir, root, tmp_path):
     fake_conda(bin_dir, "conda", tmp_path / "conda.log", ENVS_ABSENT)
     (root / "environment-cpu.yml").unlink()
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     assert "environment-cpu.yml is missing" in "\n".join(out)
 
 
@@ -204,7 +205,7 @@ def test_mamba_preferred_over_conda_and_micromamba(bin_dir, root, tmp_path):
     for name in ("conda", "micromamba"):
         fake_conda(bin_dir, name, tmp_path / f"{name}.log", ENVS_ABSENT)
     fake_conda(bin_dir, "mamba", tmp_path / "mamba.log", ENVS_ABSENT)
-    assert envs.setup(root=root, echo=lambda line: None) == 0
+    assert create.setup(root=root, echo=lambda line: None) == 0
     assert argvs(tmp_path / "mamba.log") == ["env list --json", "env create -f environment-cpu.yml",
                                              *conda_registered("gpubench-cpu", root)]
     assert argvs(tmp_path / "conda.log") == []
@@ -214,33 +215,33 @@ def test_mamba_preferred_over_conda_and_micromamba(bin_dir, root, tmp_path):
 def test_gpubench_conda_env_var(bin_dir, tmp_path, monkeypatch):
     for name in ("mamba", "micromamba"):
         fake_conda(bin_dir, name, tmp_path / f"{name}.log", ENVS_ABSENT)
-    assert envs.find_conda() == str(bin_dir / "mamba")
+    assert create.find_conda() == str(bin_dir / "mamba")
     monkeypatch.setenv("GPUBENCH_CONDA", "micromamba")
-    assert envs.find_conda() == str(bin_dir / "micromamba")
+    assert create.find_conda() == str(bin_dir / "micromamba")
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
-    assert envs.find_conda() is None
+    assert create.find_conda() is None
     monkeypatch.setenv("GPUBENCH_CONDA", "nosuchconda")
     with pytest.raises(envs.EnvError, match="GPUBENCH_CONDA='nosuchconda'.*none"):
-        envs.find_conda()
+        create.find_conda()
     out: list[str] = []
-    assert envs.setup(root=tmp_path, echo=out.append) == 1
+    assert create.setup(root=tmp_path, echo=out.append) == 1
     assert "nosuchconda" in "\n".join(out)
 
 
 def test_no_conda_found(bin_dir):
-    assert envs.find_conda() is None
+    assert create.find_conda() is None
 
 
 @pytest.mark.parametrize(("smi", "expected"), [("gpu", True), ("fail", False), ("missing", False)])
 def test_gpu_requested(bin_dir, smi, expected):
     fake_nvidia_smi(bin_dir, smi)
-    assert envs.gpu_requested(False) is expected
-    assert envs.gpu_requested(True) is True
+    assert create.gpu_requested(False) is expected
+    assert create.gpu_requested(True) is True
 
 
 def test_nvidia_smi_without_gpu_lines(bin_dir):
     write_script(bin_dir / "nvidia-smi", 'echo "No devices were found"\n')
-    assert envs.gpu_requested(False) is False
+    assert create.gpu_requested(False) is False
 
 
 # ---- venvs -------------------------------------------------------------------------------
@@ -263,7 +264,7 @@ def test_venv_with_current_stamp_only_registers_kernel(bin_dir, root, tmp_path, 
     python = fake_venv(root, ".venv", log)
     (root / ".venv" / ".gpubench-installed").write_text(stamp_digest(root) + "\n")
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 0
+    assert create.setup(root=root, echo=out.append) == 0
     assert argvs(log) == registered("gpubench-cpu", root, python="")
     assert argvs(tmp_path / "conda.log") == []
     printed = "\n".join(out)
@@ -282,7 +283,7 @@ def test_venv_with_stale_stamp_runs_pip_and_writes_stamp(bin_dir, root, tmp_path
     if stamp:
         stamp_file.write_text(stamp)
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 0
+    assert create.setup(root=root, echo=out.append) == 0
     assert argvs(log) == ["-m pip install -e .[cpu,test]",
                           *registered("gpubench-cpu", root, python="")]
     assert calls(log)[0][0] == str(root)
@@ -305,14 +306,14 @@ def _checked_python(root: Path, dirname: str, log: Path, imports: str) -> Path:
 
 def test_a_stamped_venv_whose_backend_does_not_import_is_repaired(bin_dir, root, tmp_path,
                                                                   monkeypatch):
-    """Issue 33: torch removed from a torch venv whose stamp is current: setup checks the import,
+    """Torch removed from a torch venv whose stamp is current: setup checks the import,
     says why, runs pip again, checks again, and registers the kernel."""
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     log = tmp_path / "python.log"
     _checked_python(root, ".venv-torch", log, "after pip")
     (root / ".venv-torch" / ".gpubench-installed").write_text(stamp_digest(root) + "\n")
     out: list[str] = []
-    assert envs.setup(backends="torch", root=root, echo=out.append) == 0, "\n".join(out)
+    assert create.setup(backends="torch", root=root, echo=out.append) == 0, "\n".join(out)
     assert argvs(log) == ["-c import torch, keras", "-m pip install -e .[torch,test]",
                           *registered("gpubench-torch-cpu", root, python="", backend="torch")]
     assert (".venv-torch: its stamp says gpubench[torch,test] is installed, but `import torch, "
@@ -327,7 +328,7 @@ def test_a_venv_whose_backend_still_does_not_import_after_pip_fails_saying_how_t
     log = tmp_path / "python.log"
     _checked_python(root, ".venv-torch", log, "never")
     out: list[str] = []
-    assert envs.setup(backends="torch", root=root, echo=out.append) == 1
+    assert create.setup(backends="torch", root=root, echo=out.append) == 1
     printed = "\n".join(out)
     assert "setup failed: .venv-torch is broken after pip install: `import torch, keras` fails" \
         in printed
@@ -340,7 +341,7 @@ def test_a_conda_env_whose_backend_does_not_import_is_named(bin_dir, root, tmp_p
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, "conda", log, ENVS_PRESENT, fail_on="-c import tensorflow")
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     printed = "\n".join(out)
     assert "setup failed: conda env gpubench-cpu is broken: `import tensorflow, keras` fails " \
            "there (fake failure)" in printed
@@ -352,7 +353,7 @@ def test_venv_pip_failure_stops_and_leaves_no_stamp(bin_dir, root, tmp_path, mon
     log = tmp_path / "python.log"
     fake_venv(root, ".venv", log, pip_rc=2)
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     assert argvs(log) == ["-m pip install -e .[cpu,test]"]
     assert ("setup failed at step: pip install gpubench[cpu,test] into .venv (exit code 2)"
             in "\n".join(out))
@@ -365,7 +366,7 @@ def test_venv_gpu_env_when_gpu_found(bin_dir, root, tmp_path, monkeypatch):
     cpu_log, gpu_log = tmp_path / "cpu.log", tmp_path / "gpu.log"
     fake_venv(root, ".venv", cpu_log)
     fake_venv(root, ".venv-gpu", gpu_log)
-    assert envs.setup(root=root, echo=lambda line: None) == 0
+    assert create.setup(root=root, echo=lambda line: None) == 0
     assert argvs(cpu_log)[0] == "-m pip install -e .[cpu,test]"
     assert argvs(gpu_log) == ["-m pip install -e .[gpu,test]",
                               *registered("gpubench-gpu", root, python="")]
@@ -382,7 +383,7 @@ def test_venv_creation_failure_explains_python3_venv(bin_dir, root, tmp_path, mo
     )
     monkeypatch.setattr(sys, "executable", str(broken))
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 1
+    assert create.setup(root=root, echo=out.append) == 1
     printed = "\n".join(out)
     assert f"$ {broken} -m venv .venv" in printed
     assert "setup failed at step: create the venv .venv" in printed
@@ -393,18 +394,18 @@ def test_venv_creation_failure_explains_python3_venv(bin_dir, root, tmp_path, mo
 
 def test_driver_python_venv(bin_dir, root, monkeypatch):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
-    assert envs.driver_python(root) == str(root / ".venv" / "bin" / "python")
+    assert create.driver_python(root) == str(root / ".venv" / "bin" / "python")
 
 
 def test_driver_python_conda(bin_dir, root, tmp_path):
     fake_conda(bin_dir, "conda", tmp_path / "conda.log", ENVS_PRESENT)
-    assert envs.driver_python(root) == "/opt/conda/envs/gpubench-cpu/bin/python"
+    assert create.driver_python(root) == "/opt/conda/envs/gpubench-cpu/bin/python"
 
 
 def test_driver_python_conda_without_env(bin_dir, root, tmp_path):
     fake_conda(bin_dir, "conda", tmp_path / "conda.log", ENVS_ABSENT)
     with pytest.raises(envs.EnvError, match="gpubench-cpu.*make setup"):
-        envs.driver_python(root)
+        create.driver_python(root)
 
 
 # ---- backends: the JAX envs ------------------------------------------------------------
@@ -415,15 +416,15 @@ def test_venv_jax_backend_makes_the_jax_envs_never_the_tensorflow_gpu_env(bin_di
     fake_nvidia_smi(bin_dir, "gpu")
     logs = {env: tmp_path / f"{env}.log" for env in backends.ENVS}
     for env, log in logs.items():
-        fake_venv(root, envs.VENV_DIRS[env], log)
+        fake_venv(root, create.VENV_DIRS[env], log)
     out: list[str] = []
-    assert envs.setup(backends="jax", root=root, echo=out.append) == 0
+    assert create.setup(backends="jax", root=root, echo=out.append) == 0
     assert argvs(logs["jax-cpu"]) == ["-m pip install -e .[jax,test]",
                                       *registered("gpubench-jax-cpu", root, "", backend="jax")]
     assert argvs(logs["jax-gpu"]) == ["-m pip install -e .[jax-gpu,test]",
                                       *registered("gpubench-jax-gpu", root, "", backend="jax")]
     assert argvs(logs["cpu"]) == [] and argvs(logs["gpu"]) == []
-    assert envs.VENV_DIRS["jax-gpu"] != envs.VENV_DIRS["gpu"]
+    assert create.VENV_DIRS["jax-gpu"] != create.VENV_DIRS["gpu"]
     assert "Kernels registered: gpubench-jax-cpu, gpubench-jax-gpu" in "\n".join(out)
 
 
@@ -432,9 +433,9 @@ def test_venv_both_backends_cpu_envs_first(bin_dir, root, tmp_path, monkeypatch)
     fake_nvidia_smi(bin_dir, "missing")
     log = tmp_path / "all.log"  # one log: the order of the steps across envs
     for env in backends.ENVS:
-        fake_venv(root, envs.VENV_DIRS[env], log)
+        fake_venv(root, create.VENV_DIRS[env], log)
     out: list[str] = []
-    assert envs.setup(False, "tensorflow,jax", root=root, echo=out.append) == 0
+    assert create.setup(False, "tensorflow,jax", root=root, echo=out.append) == 0
     assert [line for line in argvs(log) if "pip" in line] == ["-m pip install -e .[cpu,test]",
                                                              "-m pip install -e .[jax,test]"]
     assert "Kernels registered: gpubench-cpu, gpubench-jax-cpu" in "\n".join(out)
@@ -443,7 +444,7 @@ def test_venv_both_backends_cpu_envs_first(bin_dir, root, tmp_path, monkeypatch)
 def test_conda_jax_envs_come_from_their_yml_files(bin_dir, root, tmp_path):
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, "conda", log, ENVS_ABSENT)
-    assert envs.setup(True, ("tensorflow", "jax"), root=root, echo=lambda line: None) == 0
+    assert create.setup(True, ("tensorflow", "jax"), root=root, echo=lambda line: None) == 0
     lines = argvs(log)
     creates = [line for line in lines if line.startswith("env create")]
     assert creates == [f"env create -f environment-{env}.yml"
@@ -457,7 +458,7 @@ def test_unsupported_backend_is_refused_before_anything_runs(bin_dir, root, tmp_
     log = tmp_path / "conda.log"
     fake_conda(bin_dir, "conda", log, ENVS_ABSENT)
     with pytest.raises(ValueError, match="use some of tensorflow, jax, torch") as caught:
-        envs.setup(backends=value, root=root, echo=lambda line: None)
+        create.setup(backends=value, root=root, echo=lambda line: None)
     assert "\n" not in str(caught.value)
     if value.strip(" ,"):
         assert repr(value.split(",")[-1]) in str(caught.value)
@@ -474,9 +475,9 @@ def test_env_names_backends_and_gpu_envs():
     assert all(backends.is_gpu_env(e) for e in gpu_envs)
     assert not any(backends.is_gpu_env(e) for e in ["cpu", "jax-cpu", "cpu-gpuless", "jax-cpugpu",
                                                 "torch-cpu"])
-    assert envs.parse_backends(" jax , tensorflow,jax") == ("jax", "tensorflow")
+    assert create.parse_backends(" jax , tensorflow,jax") == ("jax", "tensorflow")
     assert all(envs.setup_command(e).startswith("`make setup") for e in backends.ENVS)
-    assert set(envs.VENV_DIRS) == set(envs.EXTRAS) == set(backends.ENVS)
+    assert set(create.VENV_DIRS) == set(envs.EXTRAS) == set(backends.ENVS)
 
 
 def test_display_names_are_the_same_in_every_checkout(root, tmp_path):
@@ -489,9 +490,9 @@ def test_display_names_are_the_same_in_every_checkout(root, tmp_path):
 def test_driver_python_falls_back_to_the_jax_env(bin_dir, root, monkeypatch):
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     write_script(root / ".venv-jax" / "bin" / "python", "exit 0\n")
-    assert envs.driver_python(root) == str(root / ".venv-jax" / "bin" / "python")
+    assert create.driver_python(root) == str(root / ".venv-jax" / "bin" / "python")
     write_script(root / ".venv" / "bin" / "python", "exit 0\n")
-    assert envs.driver_python(root) == str(root / ".venv" / "bin" / "python")
+    assert create.driver_python(root) == str(root / ".venv" / "bin" / "python")
 
 
 def real_venv(clone: Path, dirname: str = ".venv") -> None:
@@ -507,8 +508,8 @@ def test_real_registration_sets_backend_display_name_and_checkout(root, tmp_path
     monkeypatch.setenv("GPUBENCH_CONDA", "none")
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-jupyter"))
     for env in ("cpu", "jax-cpu"):
-        real_venv(root, envs.VENV_DIRS[env])
-    assert envs.setup(backends="tensorflow,jax", root=root, echo=lambda line: None) == 0
+        real_venv(root, create.VENV_DIRS[env])
+    assert create.setup(backends="tensorflow,jax", root=root, echo=lambda line: None) == 0
     for env, backend in (("cpu", "tensorflow"), ("jax-cpu", "jax")):
         kernel = backends.kernel_name(env)
         mine = json.loads((root / ".jupyter" / "kernels" / kernel / "kernel.json").read_text())
@@ -528,7 +529,7 @@ def test_unwritable_user_jupyter_dir_is_a_warning(root, tmp_path, monkeypatch, b
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(user_dir))
     real_venv(root)
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 0
+    assert create.setup(root=root, echo=out.append) == 0
     printed = "\n".join(out)
     assert "warning: could not register gpubench-cpu for Jupyter started by hand" in printed
     assert str(user_dir) in printed  # ipykernel's own error names the folder
@@ -708,7 +709,7 @@ def test_real_kernel_probe_and_report(jupyter_dir, monkeypatch):
     assert info["tensorflow"].startswith("2.21")
     assert info["cuda_build"] is False and info["gpus"] == []
     assert info["python"].startswith("3.11") and info["executable"] == sys.executable
-    monkeypatch.setattr(envs.kernels, "probe_env", lambda env, timeout=120: info)  # TensorFlow loads once
+    monkeypatch.setattr(envs, "probe_env", lambda env, timeout=120: info)  # TensorFlow loads once
     report = envs.envs_report()
     row = next(line for line in report.splitlines() if line.startswith("cpu "))
     assert re.search(r"gpubench-cpu +tensorflow +2\.21\.\d+ +GPU: no ", row), row
@@ -747,7 +748,7 @@ def test_two_setups_at_once_both_succeed(root, tmp_path, monkeypatch, bin_dir):
     outcomes, printed = [], []
 
     def setup_in(clone: Path) -> None:
-        outcomes.append(envs.setup(root=clone, echo=printed.append))
+        outcomes.append(create.setup(root=clone, echo=printed.append))
 
     threads = [threading.Thread(target=setup_in, args=(clone,)) for clone in clones * 2]
     for thread in threads:
@@ -779,7 +780,7 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
                          f'/bin/cp {shlex.quote(str(new_python))} "$dir/bin/python"\n')
     monkeypatch.setattr(sys, "executable", str(maker))
     out: list[str] = []
-    assert envs.setup(root=root, echo=out.append) == 0, "\n".join(out)
+    assert create.setup(root=root, echo=out.append) == 0, "\n".join(out)
     printed = "\n".join(out)
     assert (".venv is broken (its pip is missing or half-installed; an interrupted set-up "
             "leaves it so): rebuilding it") in printed
@@ -800,7 +801,7 @@ def test_setup_rebuilds_a_venv_an_interrupted_setup_left_without_pip(bin_dir, ro
 def test_setup_command_fits_where_gpubench_runs(monkeypatch, env, inside, outside):
     assert envs.setup_command(env).startswith(inside)
     monkeypatch.setattr(machine, "checkout", lambda: None)
-    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
+    monkeypatch.setattr(envs, "install_source", lambda: "gpubench")  # from an index
     assert envs.setup_command(env) == outside
 
 
@@ -811,7 +812,7 @@ def test_outside_a_checkout_the_hint_installs_from_where_gpubench_came_from(monk
     assert envs.install_source() == str(ROOT)
     wheel = tmp_path / "gpubench-1.0-py3-none-any.whl"
     monkeypatch.setattr(machine, "checkout", lambda: None)
-    monkeypatch.setattr(envs.names, "install_source", lambda: str(wheel))
+    monkeypatch.setattr(envs, "install_source", lambda: str(wheel))
     assert envs.setup_command("gpu") == (f"`pip install '{wheel}[gpu]'` in a Python of its own, "
                                          "then `gpubench run --here` in that Python")
 
@@ -847,7 +848,7 @@ def test_missing_jupyter_client_names_the_set_up_command_where_the_user_is(monke
 
     monkeypatch.setitem(sys.modules, "jupyter_client.kernelspec", None)  # its import fails
     monkeypatch.setattr(machine, "checkout", lambda: None)
-    monkeypatch.setattr(envs.names, "install_source", lambda: "gpubench")  # from an index
+    monkeypatch.setattr(envs, "install_source", lambda: "gpubench")  # from an index
     with pytest.raises(envs.EnvError) as outside:
         envs.kernel_specs()
     monkeypatch.setattr(machine, "checkout", lambda: ROOT)

@@ -362,7 +362,7 @@ def test_a_wheel_outside_the_checkout_runs_here_into_the_users_folder(tmp_path):
     for path in printed:
         assert (user / path).exists(), f"{path} does not open from {user}"
     assert "make " not in output
-    # issue 33: the hint to make an env installs the wheel gpubench came from (a bare
+    # The hint to make an env installs the wheel gpubench came from (a bare
     # `pip install 'gpubench[cpu]'` cannot resolve for a package installed from a wheel file)
     listed = subprocess.run(["gpubench", "envs"], cwd=user, capture_output=True, text=True,
                             env={**env, "JUPYTER_DATA_DIR": str(tmp_path / "no-kernels")},

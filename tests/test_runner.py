@@ -237,7 +237,7 @@ def test_forward_stderr_drops_only_the_plain_tcp_notice():
     for chunk in given:
         os.write(kernel_write, chunk)
     os.close(kernel_write)
-    runner.forward_stderr(kernel_read, ours_write)
+    runner.kernels.forward_stderr(kernel_read, ours_write)
     os.close(ours_write)
     with open(ours_read, "rb") as stream:
         assert stream.read() == b"[IPKernelApp] ERROR | a real error\npartial line\nlast"
@@ -257,11 +257,11 @@ nb.cells = [nbformat.v4.new_code_cell(
     "model.summary()")]
 folder = Path(sys.argv[1])
 nbformat.write(nb, folder / "in.ipynb")
-plain = runner.kernel_config() and {"config": Config(
+plain = runner.kernels.kernel_config() and {"config": Config(
     {"KernelManager": {"transport_encryption": "disabled"}})}  # ipykernel's notice is logged
 papermill.execute_notebook(
-    str(folder / "in.ipynb"), str(folder / "out.ipynb"), kernel_name=runner.HERE_KERNEL,
-    kernel_manager_class=runner.kernel_manager_class({"KERAS_BACKEND": "tensorflow"},
+    str(folder / "in.ipynb"), str(folder / "out.ipynb"), kernel_name=runner.kernels.HERE_KERNEL,
+    kernel_manager_class=runner.kernels.kernel_manager_class({"KERAS_BACKEND": "tensorflow"},
                                                      sys.executable),  # as --here makes it
     progress_bar=False, **(plain or {}))
 """
@@ -278,7 +278,7 @@ def test_a_kernel_the_runner_starts_logs_no_tcp_notice_and_stores_no_colour_code
     from gpubench import runner
 
     assert all(noise.decode() in inspect.getsource(ipykernel.kernelapp)
-               for noise in runner.KERNEL_NOISE)  # the notice this ipykernel logs
+               for noise in runner.kernels.KERNEL_NOISE)  # the notice this ipykernel logs
     proc = subprocess.run([sys.executable, "-c", QUIET_SCRIPT, str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env=python_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -300,13 +300,13 @@ def test_the_runners_kernel_specs_name_its_registered_provisioner(tmp_path):
     from jupyter_client.provisioning import KernelProvisionerFactory
 
     from gpubench import runner
-    from gpubench.runner.provisioner import RunnerProvisioner
+    from gpubench.runner.kernels import RunnerProvisioner
 
     runner.kernels.register_provisioner()
-    manager = runner.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, sys.executable)(
-        kernel_name=runner.HERE_KERNEL)
+    manager = runner.kernels.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, sys.executable)(
+        kernel_name=runner.kernels.HERE_KERNEL)
     assert manager.kernel_spec.metadata["kernel_provisioner"] == {
-        "provisioner_name": runner.PROVISIONER, "config": {"extra_env": {"GPUBENCH_ATTEMPT": "3"}}}
+        "provisioner_name": runner.kernels.PROVISIONER, "config": {"extra_env": {"GPUBENCH_ATTEMPT": "3"}}}
     made = KernelProvisionerFactory.instance().create_provisioner_instance(
         "k", manager.kernel_spec, parent=manager)
     assert type(made) is RunnerProvisioner and made.extra_env == {"GPUBENCH_ATTEMPT": "3"}
@@ -317,8 +317,8 @@ def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
 
     from gpubench import runner
 
-    manager = runner.kernel_manager_class({"NO_COLOR": "1"}, sys.executable)(
-        kernel_name=runner.HERE_KERNEL)
+    manager = runner.kernels.kernel_manager_class({"NO_COLOR": "1"}, sys.executable)(
+        kernel_name=runner.kernels.HERE_KERNEL)
 
     async def prepare():
         try:
@@ -329,7 +329,7 @@ def test_pre_launch_adds_the_env_the_parent_tie_and_plain_rich_text(tmp_path):
     cmd, kw = asyncio.run(prepare())
     assert kw["env"]["FROM_SPEC"] == "1" and kw["env"]["NO_COLOR"] == "1"  # ours on top
     assert cmd[0] == sys.executable and cmd[-2:] == [
-        f"--IPKernelApp.exec_lines={runner.PLAIN_RICH_TEXT}", "--IPKernelApp.capture_fd_output=False"]
+        f"--IPKernelApp.exec_lines={runner.kernels.PLAIN_RICH_TEXT}", "--IPKernelApp.capture_fd_output=False"]
     if sys.platform.startswith("linux"):
         assert callable(kw["preexec_fn"])  # rundir.die_with_parent, run between fork and exec
 
@@ -343,12 +343,12 @@ def test_a_checkout_on_sys_path_without_the_entry_point_still_gets_the_provision
     from jupyter_client.provisioning import KernelProvisionerFactory
 
     from gpubench import runner
-    from gpubench.runner.provisioner import RunnerProvisioner
+    from gpubench.runner.kernels import RunnerProvisioner
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
     monkeypatch.setattr(KernelProvisionerFactory, "provisioners", {})
     runner.kernels.register_provisioner()
-    entry = KernelProvisionerFactory.provisioners[runner.PROVISIONER]
+    entry = KernelProvisionerFactory.provisioners[runner.kernels.PROVISIONER]
     assert entry.load() is RunnerProvisioner
 
 

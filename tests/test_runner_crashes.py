@@ -65,10 +65,10 @@ def _processes_of_run(run_id: str) -> list[int]:
 def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     """kill -9 of the runner mid-sweep (the quick profile's sizes): no record is written after
     it, no kernel is left, the run directory is not left locked, and run.json holds the claimed
-    attempt 1 as "running", and no gpubench-kernel-* folder is left in the temp dir; the kernel's
-    connection file, which kill -9 leaves there, is listed in the run dir. The resume removes it
-    (naming it) and runs attempt 2: no (attempt, device, dtype, size, method) is recorded
-    twice."""
+    attempt 1 as "running", and no gpubench-kernel-* folder or connection file is left in the
+    temp dir; the kernel's connection file, which kill -9 leaves, is in the run dir. The resume
+    removes it (naming it) and runs attempt 2: no (attempt, device, dtype, size, method) is
+    recorded twice."""
     run_dir = _prepared_run(tmp_path / "r", {})
     (tmp_path / "tmp").mkdir()
     runner_proc = _start(["--resume", str(run_dir)], TMPDIR=str(tmp_path / "tmp"))
@@ -82,11 +82,12 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     assert results_file.stat().st_size == size
     assert _processes_of_run("20261203T000000Z-test00") == []
     assert not list((tmp_path / "tmp").glob("gpubench-kernel-*"))
-    left = list((tmp_path / "tmp").glob("tmp*.json"))  # the dead kernel's key and ports
-    assert left and (run_dir / "kernels.txt").read_text().count(".json") == len(left)
-    from gpubench import rundir, runner
+    assert not list((tmp_path / "tmp").glob("*.json"))
+    left = list(run_dir.glob(f".kernel-*.json.{runner_proc.pid}.tmp"))  # its key and ports
+    assert left
+    from gpubench import rundir
 
-    with rundir.locked(run_dir / runner.LOCK, wait=False):
+    with rundir.locked(run_dir / rundir.LOCK, wait=False):
         pass
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("running", 1)

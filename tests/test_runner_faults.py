@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import cli, report, runner
+from gpubench import cli, report, rundir, runner
 
 
 def _main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -24,7 +24,7 @@ def _main(capsys, *argv: str) -> tuple[int, str, str]:
 def _run_dir(path: Path, notebooks=("performanceTest", "Mnist_MLP_h1000"), **fields) -> Path:
     """A run directory as `gpubench run` leaves it before its first notebook."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / runner.MANIFEST).write_text(json.dumps({
+    (path / rundir.MANIFEST).write_text(json.dumps({
         "schema": 2, "run_id": "r1", "profile": "quick", "created": "now", "params": {},
         "jobs": [{"env": "cpu", "notebook": nb, "status": "pending", "attempt": 0}
                  for nb in notebooks], **fields}))
@@ -89,7 +89,7 @@ def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch,
 
 def test_run_json_schema_is_valid_and_declares_what_the_runner_writes():
     """gpubench/schemas/run.schema.json is a draft 2020-12 schema whose job and env entries are
-    the fields of runner.Job and of Target, and whose statuses are the runner's."""
+    the fields of runner.manifest.Job and of Target, and whose statuses are the runner's."""
     from dataclasses import asdict, fields
 
     import jsonschema
@@ -172,7 +172,7 @@ def test_forward_stderr_keeps_the_last_lines_for_the_jobs_error():
     os.write(kernel_write, b"".join([*lines, b"  \n", b"F0000 Unknown flag in XLA_FLAGS: --x=1"]))
     os.close(kernel_write)
     tail = deque(maxlen=runner.kernels.LAST_WORDS)
-    runner.forward_stderr(kernel_read, ours_write, tail)
+    runner.kernels.forward_stderr(kernel_read, ours_write, tail)
     os.close(ours_write)
     with open(ours_read, "rb") as stream:
         assert stream.read().endswith(b"line 11\n  \nF0000 Unknown flag in XLA_FLAGS: --x=1")
@@ -200,14 +200,14 @@ def test_a_job_makes_no_temp_folder_a_killed_runner_would_leave(tmp_path, monkey
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
     run_dir = _run_dir(tmp_path / "r", envs={"cpu": {
         "how": "here", "python": sys.executable, "backend": "tensorflow", "devices": ["cpu"]}})
-    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
-    jobs = runner.check_manifest(manifest, run_dir / runner.MANIFEST)
-    runner.execute(jobs[0], run_dir, manifest, jobs)
-    assert seen == [(runner.HERE_KERNEL, sys.executable, [])]
+    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    jobs = runner.manifest.check_manifest(manifest, run_dir / rundir.MANIFEST)
+    runner.loop.execute(jobs[0], run_dir, manifest, jobs)
+    assert seen == [(runner.kernels.HERE_KERNEL, sys.executable, [])]
     assert (jobs[0].status, jobs[0].error) == ("failed", "RuntimeError: Kernel died")
 
 
-# ---- issue 33: run.json that is a symlink loop or nested too deep is bad input
+# ---- run.json that is a symlink loop or nested too deep is bad input
 
 def test_run_json_that_is_a_symlink_loop_names_the_file(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
@@ -233,7 +233,7 @@ def test_run_json_nested_hundreds_deep_names_the_field(capsys, tmp_path, monkeyp
     assert f"{run_dir / 'run.json'}: jobs[0].extra is nested deeper than" in err, err
 
 
-# ---- issue 33: an attempt is always new
+# ---- an attempt is always new
 
 def test_a_stale_run_json_attempt_never_reuses_an_attempt_on_disk(capsys, tmp_path, monkeypatch):
     """run.json says attempt 0 while results.jsonl holds records of attempt 1: the resume runs
@@ -260,33 +260,39 @@ def test_a_stale_run_json_attempt_never_reuses_an_attempt_on_disk(capsys, tmp_pa
     assert code == 1 and claimed == [2]
 
 
-# ---- issue 33: a kernel's connection file never outlives its job or its runner
+# ---- a kernel's connection file never outlives its job or its runner
 
-def test_a_jobs_connection_file_is_listed_and_removed_however_the_job_ends(tmp_path,
-                                                                        monkeypatch):
-    """The kernel dies without jupyter_client's clean-up: its tmpXXXX.json (key and ports) is
-    listed in RUN_DIR/kernels.txt while it runs, and removed when the job ends."""
+def test_a_jobs_connection_file_is_in_the_run_dir_and_removed_however_the_job_ends(tmp_path,
+                                                                                   monkeypatch):
+    """The kernel dies without jupyter_client's clean-up: its connection file (key and ports)
+    is in the run directory, named for this runner's PID, while it runs, not in the temp
+    folder; and it is removed when the job ends."""
     import asyncio
+    import tempfile
 
     import papermill
 
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     seen = {}
 
     def execute_notebook(source, output, parameters, kernel_manager_class, kernel_name, **kw):
         manager = kernel_manager_class(kernel_name=kernel_name)
         asyncio.run(manager.pre_start_kernel())  # writes the connection file, as a start does
         seen["file"] = Path(manager.connection_file)
-        seen["listed"] = (tmp_path / "r" / "kernels.txt").read_text()
+        seen["there"] = seen["file"].is_file() and json.loads(seen["file"].read_text())["key"]
+        seen["tmp"] = os.listdir(tmp_path / "tmp")
         raise RuntimeError("Kernel died")
 
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
     run_dir = _run_dir(tmp_path / "r")
-    manifest = json.loads((run_dir / runner.MANIFEST).read_text())
-    jobs = runner.check_manifest(manifest, run_dir / runner.MANIFEST)
-    runner.execute(jobs[0], run_dir, manifest, jobs)
-    assert seen["listed"] == f"{os.getpid()} {seen['file']}\n"
+    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    jobs = runner.manifest.check_manifest(manifest, run_dir / rundir.MANIFEST)
+    runner.loop.execute(jobs[0], run_dir, manifest, jobs)
+    assert seen["file"].parent == run_dir.resolve() and seen["there"] and seen["tmp"] == []
+    assert seen["file"].name.startswith(".kernel-")
+    assert seen["file"].name.endswith(f".json.{os.getpid()}.tmp")
     assert jobs[0].status == "failed" and not seen["file"].exists()
-    assert not (run_dir / "kernels.txt").exists()
 
 
 def _dead_pid() -> int:
@@ -301,13 +307,14 @@ def _dead_pid() -> int:
 @pytest.mark.parametrize("command", ["resume", "report"])
 def test_resume_and_report_remove_the_connection_files_of_dead_kernels(capsys, tmp_path,
                                                                       monkeypatch, command):
-    """What kill -9 of a runner leaves: its kernels' connection files, listed in kernels.txt.
-    The next --resume or report removes those of dead runners, naming them; a live one's stay."""
+    """What kill -9 of a runner leaves: its kernels' connection files in the run directory,
+    named for its PID. The next --resume or report removes those of dead runners, naming them;
+    a live one's stay."""
     run_dir = _run_dir(tmp_path / "r")
-    dead, live = tmp_path / "tmp1a2b.json", tmp_path / "tmp3c4d.json"
+    dead = run_dir / f".kernel-1a2b.json.{_dead_pid()}.tmp"
+    live = run_dir / f".kernel-3c4d.json.{os.getppid()}.tmp"
     for path in (dead, live):
         path.write_text('{"key": "secret"}')
-    (run_dir / "kernels.txt").write_text(f"{_dead_pid()} {dead}\n{os.getppid()} {live}\n")
     monkeypatch.setattr(runner.loop, "execute", lambda job, *a: setattr(job, "status", "ok")
                         or setattr(job, "seconds", 1.0))
     monkeypatch.setattr(report, "build", lambda dirs, out=None: Path(dirs[0]) / "report.md")
@@ -316,10 +323,10 @@ def test_resume_and_report_remove_the_connection_files_of_dead_kernels(capsys, t
     assert code == 0 and not dead.exists() and live.exists()
     assert (f"Removed 1 connection file(s) of dead kernels of {run_dir} (each held a kernel's "
             f"key and ports): {dead}") in out
-    assert (run_dir / "kernels.txt").read_text() == f"{os.getppid()} {live}\n"
+    assert "temp file(s)" not in out
 
 
-# ---- issue 33: advice that can be followed
+# ---- advice that can be followed
 
 def test_the_resume_command_printed_is_shell_quoted(capsys, tmp_path, monkeypatch):
     def interrupted(*args):
@@ -375,7 +382,7 @@ def test_sigterm_of_report_says_what_was_written(capsys, tmp_path, monkeypatch):
             "written") in err
 
 
-# ---- issue 33: -p refused before any kernel
+# ---- -p refused before any kernel
 
 @pytest.mark.parametrize("item,words", [
     (":epochs=3", "bad --param ':epochs=3'"),

@@ -13,8 +13,8 @@ from torch_env import torch_env, torch_run  # noqa: F401 - session fixtures used
 
 pytestmark = pytest.mark.slow
 
-# The chapters that write records on torch (Multi_GPU_Scaling through torch.distributed since
-# issue 32; Compare_CPU_GPU only reads them).
+# The chapters that write records on torch (Multi_GPU_Scaling through torch.distributed;
+# Compare_CPU_GPU only reads them).
 RECORDING = {"performanceTest", "Mnist_MLP_h1000", "Mnist_CNN", "Keras_Cifar_CNN",
              "Speed_Factors", "Multi_GPU_Scaling"}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubench import envs
+from gpubench.envs import create
 from jax_env import DROPPED, JAX_RUN_PARAMS, JaxEnv, JaxRun, run_here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,14 +29,14 @@ TorchRun = JaxRun
 
 def _python() -> Path:
     """The torch-cpu env's python, set up first when it is missing."""
-    python = Path(envs.driver_python(REPO, env="torch-cpu"))
+    python = Path(create.driver_python(REPO, env="torch-cpu"))
     if not python.exists():
         done = subprocess.run([sys.executable, "-m", "gpubench", "setup", "--backends", "torch"],
                               capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             pytest.fail("setting up the torch-cpu env failed:\n" + (done.stdout + done.stderr)
                         [-4000:])
-        python = Path(envs.driver_python(REPO, env="torch-cpu"))
+        python = Path(create.driver_python(REPO, env="torch-cpu"))
     return python
 
 

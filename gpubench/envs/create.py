@@ -1,11 +1,11 @@
-"""`gpubench setup`: a conda env from environment-NAME.yml when a conda tool is on PATH, else a
-venv with gpubench pip-installed; each checked by importing its backend and Keras there, then
-its kernel registered for this checkout and with --user. Each step is printed, and a failed one
-says what to do."""
+"""`gpubench setup`: a conda env from environment-NAME.yml when mamba, conda or micromamba is on
+PATH, else a venv with gpubench pip-installed; each checked by importing its backend and Keras,
+then its kernel registered for this checkout and with --user. A failed step says what to do."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -16,23 +16,79 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpubench import backends, machine  # stdlib-only at import
-from gpubench.envs.kernels import checkout_kernels_dir
-from gpubench.envs.names import (
-    EXTRAS,
-    VENV_DIRS,
-    EnvError,
-    conda_environ,
-    conda_envs,
-    display_name,
-    find_conda,
-    parse_backends,
-    venv_python,
-)
+from gpubench.envs import EXTRAS, EnvError, checkout_kernels_dir, display_name, setup_command
 from gpubench.rundir import locked  # stdlib-only at import
 
+VENV_DIRS = {env: ".venv" if env == "cpu" else f".venv-{EXTRAS[env]}" for env in backends.ENVS}
 # Pythons a venv can use: TensorFlow 2.21, JAX 0.10 and numpy 2.4 have wheels for them.
 VENV_PYTHONS = ((3, 11), (3, 12), (3, 13))
 STAMP = ".gpubench-installed"  # in a venv: pyproject.toml's sha256 once its pip install is done
+# For conda commands: yes to any prompt (mamba 2 asks before creating).
+CONDA_YES = {"CONDA_ALWAYS_YES": "true", "MAMBA_ALWAYS_YES": "true"}
+
+
+def parse_backends(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """"tensorflow,jax" (or a list) -> ("tensorflow", "jax"); ValueError naming a bad one."""
+    names = value.split(",") if isinstance(value, str) else list(value or [])
+    chosen = tuple(dict.fromkeys(name.strip() for name in names if name.strip()))
+    use = (f"use some of {', '.join(backends.SUPPORTED)} (BACKENDS=tensorflow,jax, or "
+           "--backends tensorflow,jax)")
+    for name in (n for n in chosen if n not in backends.SUPPORTED):
+        why = backends.NOT_YET.get(name, "not a Keras backend gpubench knows")
+        raise ValueError(f"backend {name!r}: {why}; {use}")
+    if not chosen:
+        raise ValueError(f"no backend given; {use}")
+    return chosen
+
+
+def find_conda() -> str | None:
+    """mamba, conda or micromamba on PATH, or None for venvs; GPUBENCH_CONDA=TOOL|PATH|none."""
+    choice = os.environ.get("GPUBENCH_CONDA", "").strip()
+    if choice.lower() == "none":
+        return None
+    found = next(filter(None, map(shutil.which, [choice] if choice else
+                                  ["mamba", "conda", "micromamba"])), None)
+    if choice and found is None:
+        raise EnvError(f"GPUBENCH_CONDA={choice!r} is not a command on PATH; set it to mamba, "
+                       "conda, micromamba or the full path of one, or to none to use venvs")
+    return found
+
+
+def venv_python(venv: Path) -> Path:
+    """The python of a venv: bin/python, or Scripts/python.exe on Windows."""
+    return venv / "Scripts" / "python.exe" if os.name == "nt" else venv / "bin" / "python"
+
+
+def conda_envs(conda: str) -> dict[str, str]:
+    """Conda env name -> prefix, from `<conda> env list --json`."""
+    cmd = [conda, "env", "list", "--json"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **CONDA_YES}, check=True)
+        return {Path(prefix).name: prefix for prefix in json.loads(out.stdout)["envs"]}
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"did not run ({exc})"
+    except subprocess.CalledProcessError as exc:
+        why = f"failed with exit code {exc.returncode}: {exc.stderr.strip()[-500:]}"
+    except (ValueError, KeyError, TypeError):
+        why = f"printed no JSON with an \"envs\" list: {out.stdout.strip()[:300]!r}"
+    raise EnvError(f"`{shlex.join(cmd)}` {why}\nCheck that {conda} works (or update it), or set "
+                   "GPUBENCH_CONDA=none to use venvs instead")
+
+
+def driver_python(root: Path | None = None, env: str | None = None) -> str:
+    """The python of gpubench's own commands: the cpu env's, else jax-cpu's (or `env`'s)."""
+    root = Path(root) if root is not None else machine.project_root()
+    drivers = (env,) if env else ("cpu", "jax-cpu")
+    if (conda := find_conda()) is None:
+        pythons = [venv_python(root / VENV_DIRS[name]) for name in drivers]
+        return str(next((python for python in pythons if python.exists()), pythons[0]))
+    found = conda_envs(conda)
+    kernels = [backends.kernel_name(name) for name in drivers]
+    if (prefix := next((found[k] for k in kernels if k in found), None)) is None:
+        raise EnvError(f"{conda} has no env {kernels[0]}; create it with "
+                       f"{setup_command(drivers[0])}")
+    return str(Path(prefix) / ("python.exe" if os.name == "nt" else "bin/python"))
 
 
 def gpu_requested(gpu: bool) -> bool:
@@ -42,7 +98,6 @@ def gpu_requested(gpu: bool) -> bool:
 
 def _run(cmd: list[str], step: str, hint: str, *, cwd: Path, echo: Callable,
          env: dict | None = None) -> bool:
-    """Print and run one step, its output streaming; on failure say which step and what to do."""
     echo("$ " + shlex.join(cmd))
     sys.stdout.flush()  # keep our lines in order with the child's when output is piped
     try:
@@ -57,8 +112,7 @@ def _run(cmd: list[str], step: str, hint: str, *, cwd: Path, echo: Callable,
 
 def import_fails(python: list[str], name: str, echo: Callable,
                  env: dict | None = None) -> str | None:
-    """Why env `name`'s backend and Keras (with its KERAS_BACKEND) do not import in `python`, or
-    None when they do: what setup promises."""
+    """Why env `name`'s backend and Keras do not import in `python`; None when they do."""
     backend = backends.env_backend(name)
     cmd = [*python, "-c", f"import {backend}, keras"]
     echo("$ " + shlex.join(cmd))
@@ -72,8 +126,8 @@ def import_fails(python: list[str], name: str, echo: Callable,
 
 
 def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
-    """Create or update the conda env of `name` from its yml file, check it, register it."""
-    kernel, yml = backends.kernel_name(name), f"environment-{name}.yml"
+    kernel, yml, env = backends.kernel_name(name), f"environment-{name}.yml", {**os.environ,
+                                                                             **CONDA_YES}
     if not (root / yml).is_file():
         echo(f"\nsetup failed: {root / yml} is missing; restore it (git checkout {yml}) and run "
              "setup again")
@@ -93,22 +147,21 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
     if not _run([conda, *cmd], f"{'update' if exists else 'create'} conda env {kernel} from "
                 f"{yml}", "Read the output above and fix its cause (network, disk space, a "
                 f"package conflict), then run setup again. {remove}.", cwd=root, echo=echo,
-                env=conda_environ()):
+                env=env):
         return False
     python = [conda, "run", "-n", kernel, "python"]
-    if why := import_fails(python, name, echo, conda_environ()):
+    if why := import_fails(python, name, echo, env):
         echo(f"\nsetup failed: conda env {kernel} is broken: {why}. {remove}, then run setup "
              "again.")
         return False
     return _register(python, name, root, f"ipykernel comes from {yml}; check `"
                      f"{shlex.join([*python, '-m', 'ipykernel', '--version'])}`, then run setup "
-                     "again.", echo, conda_environ())
+                     "again.", echo, env)
 
 
 def _register(python: list[str], name: str, root: Path, hint: str, echo: Callable,
               env: dict | None = None) -> bool:
-    """Register env `name`'s kernel in this checkout's folder, then (a warning if it fails)
-    with --user; both specs set KERAS_BACKEND, so no Keras config can pick another backend."""
+    """Register env `name`'s kernel (with its KERAS_BACKEND) in this checkout, then --user."""
     kernel = backends.kernel_name(name)
     base = [*python, "-m", "ipykernel", "install", "--user", "--name", kernel, "--display-name",
             display_name(name), "--env", "KERAS_BACKEND", backends.env_backend(name)]
@@ -140,8 +193,7 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
 
 
 def _broken_venv(venv: Path) -> str | None:
-    """What an interrupted set-up left missing in a venv (its python, or a complete pip: pip
-    records its install last), or None."""
+    """What an interrupted set-up left missing in a venv (pip records its install last)."""
     if not venv_python(venv).exists():  # a dangling link counts as missing
         return f"it has no {venv_python(venv).relative_to(venv)}"
     site = "Lib/site-packages" if os.name == "nt" else "lib/python*/site-packages"
@@ -151,8 +203,7 @@ def _broken_venv(venv: Path) -> str | None:
 
 
 def _create_venv(root: Path, dirname: str, echo: Callable, clear: bool = False) -> bool:
-    """Make the venv `dirname` with this Python (`clear`: empty a broken one first); remove a
-    half-made one on failure."""
+    """Make venv `dirname` with this Python (`clear`: a broken one); remove a half-made one."""
     if sys.version_info[:2] not in VENV_PYTHONS:
         want = ", ".join(".".join(map(str, v)) for v in VENV_PYTHONS)
         echo(f"\nsetup failed: the venv needs Python {want} (TensorFlow 2.21, JAX 0.10, numpy "
@@ -171,8 +222,7 @@ def _create_venv(root: Path, dirname: str, echo: Callable, clear: bool = False) 
 
 
 def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
-    """Make the venv of `name`, pip install gpubench with its extra unless its stamp is current
-    and its backend imports, check that it does, register its kernel."""
+    """Make env `name`'s venv, pip install unless it is stamped and imports, check, register."""
     dirname = VENV_DIRS[name]
     venv = root / dirname
     python = venv_python(venv)
@@ -214,8 +264,7 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
 
 def setup(gpu: bool = False, backends: str | Iterable[str] = ("tensorflow",), *,
           root: Path | None = None, echo: Callable = print) -> int:
-    """Make each backend's CPU env (its GPU env too if asked or a GPU is found) and register
-    the kernels; 0 ok, 1 failed; ValueError for a backend gpubench does not support."""
+    """Make each backend's CPU env (and GPU env, if asked or found), register them; 0 ok."""
     chosen = parse_backends(backends)
     root = Path(root) if root is not None else machine.project_root()
     try:  # one setup per checkout at a time: a second one waits, then finds the work done
@@ -228,7 +277,6 @@ def setup(gpu: bool = False, backends: str | Iterable[str] = ("tensorflow",), *,
 
 
 def _setup(gpu: bool, chosen: tuple[str, ...], root: Path, echo: Callable) -> int:
-    """setup's steps, under the checkout's lock."""
     try:
         conda = find_conda()
     except EnvError as exc:

@@ -1,29 +1,57 @@
-"""`gpubench run`: every notebook, in every env's kernel, with papermill; then the report.
+"""`gpubench run`: every notebook, in every env's kernel, with papermill; then the report. Modules:
+targets (what runs where, checked first), manifest (run.json), kernels (the kernels it starts),
+loop (the run and each job). Here, stdlib-only for every command: Ctrl-C and SIGTERM."""
 
-RUN_DIR/run.json holds the jobs and how each env is reached (`--resume` reads it); RUN_DIR/run.lock
-is flock-ed by the running process. An env is a registered kernel (gpubench-ENV, or any kernel
-with `--kernel`) or, with `--here`, a kernel of the Python that runs gpubench. A job's attempt is
-claimed in run.json before its notebook starts. Kernels die with the runner; a first Ctrl-C or
-SIGTERM interrupts the kernel, so the notebook keeps what it measured; a second one stops at once.
+from __future__ import annotations
 
-Modules: arguments (notebooks, backend, -p values), targets (how each env is reached: the one
-place), manifest (run.json), kernels (the kernel manager, stderr, signals), provisioner (what
-every kernel gets), loop (the run and each job, start to end).
-"""
+import contextlib
+import importlib
+import os
+import signal
+import sys
 
-from gpubench.rundir import LOCK, MANIFEST, UsageError, lock_run_dir
-from gpubench.runner.arguments import check_params, parse_params
-from gpubench.runner.kernels import (
-    HERE_KERNEL,
-    KERNEL_NOISE,
-    PLAIN_RICH_TEXT,
-    PROVISIONER,
-    Stop,
-    forward_stderr,
-    kernel_config,
-    kernel_manager_class,
-    signals_stop_the_run,
-)
-from gpubench.runner.loop import execute, job_parameters, run
-from gpubench.runner.manifest import MANIFEST_SCHEMA, Job, check_manifest, new_run
-from gpubench.runner.targets import Target
+from gpubench.rundir import lock_run_dir  # re-exported: tests/test_scaling.py reaches it here
+
+
+class Stop:
+    """What the Ctrl-C / SIGTERM handler saw, and the running kernels' provisioners."""
+
+    reason: str | None = None
+    kernels: list = []
+
+
+def _on_signal(signum: int, frame) -> None:
+    """First Ctrl-C / SIGTERM: interrupt the kernel, stop after it; a second (or no kernel): now."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    pids = [k.pid for k in Stop.kernels if getattr(k, "pid", None)]
+    if Stop.reason is not None or not pids:
+        Stop.reason = Stop.reason or name
+        raise KeyboardInterrupt
+    Stop.reason = name
+    for pid in pids:  # SIGINT, as KernelManager.interrupt_kernel sends
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+    os.write(sys.stderr.fileno(), f"\n{name}: interrupting the notebook so it keeps what it "
+             f"measured; {name} again stops at once\n".encode())
+
+
+@contextlib.contextmanager
+def signals_stop_the_run():
+    """Route SIGINT and SIGTERM to _on_signal while the block runs (main thread only)."""
+    Stop.reason, Stop.kernels = None, []
+    saved = {}
+    with contextlib.suppress(ValueError):  # not the main thread: keep Python's defaults
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, _on_signal)
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def __getattr__(name: str):
+    """Import the submodules on first use (`runner.loop`, ...)."""
+    if name in ("kernels", "loop", "manifest", "targets"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'gpubench.runner' has no attribute {name!r}")

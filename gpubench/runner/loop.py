@@ -1,7 +1,6 @@
-"""`gpubench run` from start to end: the arguments checked before the run directory exists, each
-job (whether it runs, its parameters, its attempt claimed in run.json, its notebook run with
-papermill in its env's kernel) with a progress line before it, the summary, the report, and the
-exit code (0 all ok, 1 a job not ok, 2 no report, 130 interrupted)."""
+"""`gpubench run` from start to end: the checks before the run directory exists, each job (its
+attempt claimed in run.json, its notebook run by papermill in its env's kernel) after a progress
+line, the summary, the report, and the exit code (0 all ok, 1 a job not ok, 2 no report, 130)."""
 
 from __future__ import annotations
 
@@ -15,28 +14,19 @@ from pathlib import Path
 from gpubench import backends, chapter, envs, results, rundir
 from gpubench import params as nb_params
 from gpubench.rundir import MANIFEST, UsageError
+from gpubench.runner import Stop, kernels, signals_stop_the_run
 from gpubench.runner import targets as where
-from gpubench.runner.arguments import check_notebooks, check_params, declared, given, notebook_path
-from gpubench.runner.kernels import (
-    HERE_KERNEL,
-    Stop,
-    kernel_config,
-    kernel_manager_class,
-    last_words,
-    register_provisioner,
-    signals_stop_the_run,
-)
 from gpubench.runner.manifest import Job, load_run, new_run, save_jobs
-from gpubench.runner.targets import Target, here_env, scaling_refusal
+from gpubench.runner.targets import Target
 
 # papermill -> nbformat -> jsonschema builds rfc3987_syntax's URI grammar at import: ~3.5 s of
 # CPU before the first notebook, for a format check neither of them uses.
 sys.modules.setdefault("rfc3987_syntax", None)
 
 # papermill's own lines that the run's log leaves out
-PAPERMILL_CHATTER = ("Executing notebook with kernel", "Executing Cell", "Ending Cell",
-                     "Input Notebook", "Output Notebook", "Executing notebook",
-                     "Working directory:", "<Figure size", "<IPython.core.display.")
+PAPERMILL_CHATTER = ("Executing notebook", "Executing Cell", "Ending Cell", "Input Notebook",
+                     "Output Notebook", "Working directory:", "<Figure size",
+                     "<IPython.core.display.")
 
 
 class CellOutput(logging.Formatter):
@@ -58,45 +48,31 @@ class CellOutput(logging.Formatter):
 def run(profile: str | None = None, env_names: list[str] | None = None,
         notebooks: list[str] | None = None, out: str | None = None, resume: str | None = None,
         params: dict | None = None, here: bool = False, kernel: str | None = None) -> int:
-    """Run the notebooks across envs (or `here`, or in `kernel`) and build the report; return
-    the CLI exit code. Every check that can be made is made before the run directory exists."""
-    with signals_stop_the_run():  # from the start: a Ctrl-C at any point ends in one line
-        chosen = [o for o, v in (("--envs", env_names), ("--here", here), ("--kernel", kernel))
-                  if v]
-        if resume and (out or params or chosen):
-            given = "--out" if out else "-p" if params else chosen[0]
-            raise UsageError(f"{given} goes with a new run; --resume finishes the run as it "
+    """Run the notebooks across envs (or `here`, or in `kernel`), then the report; the exit code."""
+    with signals_stop_the_run():  # from the start: a Ctrl-C ends in one line
+        new = [option for option, value in (("--out", out), ("-p", params), ("--envs", env_names),
+                                            ("--here", here), ("--kernel", kernel)) if value]
+        if resume and new:
+            raise UsageError(f"{new[0]} goes with a new run; --resume finishes the run as it "
                              "started (its envs, parameters and folder)")
-        if len(chosen) > 1:
-            raise UsageError(f"give one of --envs, --here and --kernel, not {' and '.join(chosen)}")
-        register_provisioner()
         envs.use_checkout_kernels()
         with contextlib.ExitStack() as stack:
             if resume:
                 run_dir, manifest, jobs = load_run(resume, profile, stack)
                 targets, problems = where.for_resume(manifest, jobs, run_dir / MANIFEST)
             else:
-                notebook_list = check_notebooks(notebooks)
-                check_params(params or {}, notebook_list)
-                targets, problems = where.for_new_run(env_names, here, kernel, notebook_list,
-                                                      params or {}, notebooks or [])
+                chosen = where.check_notebooks(notebooks)
+                where.check_params(params or {}, chosen)
+                targets, problems = where.for_new_run(env_names, here, kernel, chosen,
+                                                      params or {})
                 run_dir, manifest, jobs = new_run(
                     out, nb_params.resolve_profile(profile) if profile else "full", targets,
-                    notebook_list, params or {}, stack, named=notebooks is not None)
+                    chosen, params or {}, stack, named=notebooks is not None)
             return _run_jobs(run_dir, manifest, jobs, targets, problems, bool(resume))
 
 
-def _interrupted(run_dir: Path) -> None:
-    """The one line of an interrupted run: what stopped it and the command that finishes it."""
-    sys.stdout.flush()
-    print(f"Interrupted by {Stop.reason or 'Ctrl-C'}; every measurement so far is in "
-          f"{run_dir / results.RESULTS_FILE}. Finish the run with: "
-          f"{rundir.resume_command(run_dir)}", file=sys.stderr, flush=True)
-
-
 def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str, Target],
-              problems: dict[str, tuple[str, str]], resumed: bool) -> int:
-    """Run the jobs not yet ok (each claimed in run.json first), then write the report."""
+              problems: where.Problems, resumed: bool) -> int:
     from tqdm import tqdm  # noqa: PLC0415
     from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: PLC0415
 
@@ -108,11 +84,10 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
     try:
         print(f"gpubench run {run_dir}  (profile {manifest['profile']}, "
               f"run id {manifest['run_id']})")
-        for env, target in targets.items():
-            if target.how != "env":
-                print(f"env {env}: " + (f"this Python, {target.python}" if target.how == "here"
-                                        else f"kernel {target.kernel} ({target.python})")
-                      + f"; {target.backend} sees {', '.join(target.devices or ['?'])}")
+        for env, target in ((e, t) for e, t in targets.items() if t.how != "env"):
+            print(f"env {env}: " + (f"this Python, {target.python}" if target.how == "here"
+                                    else f"kernel {target.kernel} ({target.python})")
+                  + f"; {target.backend} sees {', '.join(target.devices or ['?'])}")
         if resumed:
             print(f"resuming: {len(jobs) - len(todo)} notebook(s) already done, "
                   f"{len(todo)} to run")
@@ -145,13 +120,15 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
         code = summary(jobs)
         return code if finish_report(run_dir) else 2
     except KeyboardInterrupt:
-        for job in jobs:
-            if job.status == "running":  # a Ctrl-C between its claim and its start
-                job.status, job.error = "interrupted", f"stopped by {Stop.reason or 'Ctrl-C'}"
+        for job in (j for j in jobs if j.status == "running"):  # stopped before its start
+            job.status, job.error = "interrupted", f"stopped by {Stop.reason or 'Ctrl-C'}"
         save_jobs(run_dir, manifest, jobs)
         if code is None:  # a stop while the report is written: the summary is out already
             summary(jobs)
-        _interrupted(run_dir)
+        sys.stdout.flush()
+        print(f"Interrupted by {Stop.reason or 'Ctrl-C'}; every measurement so far is in "
+              f"{run_dir / results.RESULTS_FILE}. Finish the run with: "
+              f"{rundir.resume_command(run_dir)}", file=sys.stderr, flush=True)
         return 130
     finally:
         logger.removeHandler(handler)
@@ -161,8 +138,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
 
 
 def eta(elapsed: float, done: float, total: float) -> str:
-    """"(elapsed 01:05, about 03:20 left)", the rest scaled by how fast the work done so far
-    went (tqdm's clock)."""
+    """"(elapsed 01:05, about 03:20 left)": the rest scaled by the pace of the work done."""
     from tqdm import tqdm  # noqa: PLC0415 - papermill's dependency, loaded by `gpubench run`
 
     left = elapsed / done * (total - done) if done else total
@@ -170,8 +146,7 @@ def eta(elapsed: float, done: float, total: float) -> str:
 
 
 def finish_report(run_dir: Path) -> bool:
-    """Write the run's report, whatever was recorded; if it cannot be written, say why and the
-    command that writes it later. Whether it was written."""
+    """Write the run's report, or say why not and how to write it later; whether it was."""
     from gpubench import report  # noqa: PLC0415
 
     try:
@@ -204,26 +179,21 @@ def summary(jobs: list[Job]) -> int:
 
 
 def plan(jobs: list[Job], manifest: dict, targets: dict[str, Target],
-         problems: dict[str, tuple[str, str]]) -> None:
-    """Set each job pending, or skipped/failed by its env's problem; Multi_GPU_Scaling by
-    scaling's rules (its backend, 2+ GPUs, or 2 virtual CPU devices when quick or named)."""
+         problems: where.Problems) -> None:
+    """Set each job pending, or skipped/failed by its env's problem or by scaling's rule."""
     from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
 
     for job in jobs:
         job.status, job.error = problems.get(job.env, ("pending", None))
-        if job.status != "pending" or job.notebook != rules.NOTEBOOK:
-            continue
-        target = targets[job.env]
-        if why := scaling_refusal(target):
-            job.status, job.error = "skipped", why
-            continue
-        job.extra = rules.include_in_run(
-            bool(target.gpus) or backends.is_gpu_env(job.env), len(target.gpus),
-            manifest["profile"], job.notebook in manifest.get("named", []))
-        if job.extra is None:
-            job.status, job.error = "skipped", (
-                f"{job.notebook} needs 2 or more GPUs in the full profile; name it (--notebooks "
-                f"{job.notebook}) to run it on 2 virtual CPU devices")
+        if job.status == "pending" and job.notebook == rules.NOTEBOOK:
+            gpus = targets[job.env].gpus
+            job.extra = rules.include_in_run(
+                bool(gpus) or backends.is_gpu_env(job.env), len(gpus), manifest["profile"],
+                job.notebook in manifest.get("named", []))
+            if job.extra is None:
+                job.status, job.error = "skipped", (
+                    f"{job.notebook} needs 2 or more GPUs in the full profile; name it "
+                    f"(--notebooks {job.notebook}) to run it on 2 virtual CPU devices")
     for env, (status, why) in problems.items():
         print(f"{status.upper()} env {env}: {why}")
 
@@ -232,11 +202,11 @@ def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     """The papermill parameters of one job: profile, env, results path, device, -p values."""
     params = {"profile": manifest["profile"], "env_name": job.env,
               "results_path": str((run_dir / results.RESULTS_FILE).resolve()), **(job.extra or {})}
-    if "device" in declared(job.notebook):
+    if "device" in where.declared(job.notebook):
         target = Target.of(manifest, job.env)
         gpu = bool(target.gpus) if target.devices is not None else backends.is_gpu_env(job.env)
         params["device"] = "gpu" if gpu else "cpu"
-    return {**params, **given(manifest["params"], job.notebook)}
+    return {**params, **where.given(manifest["params"], job.notebook)}
 
 
 def recorded_attempts(run_dir: Path, job: Job) -> set[int]:
@@ -247,14 +217,12 @@ def recorded_attempts(run_dir: Path, job: Job) -> set[int]:
             records = results.read_records(run_dir / results.RESULTS_FILE)
     except (OSError, ValueError):
         return set()
-    return {r.get("attempt", 1) for r in records if (r["env"], r["notebook"]) == (job.env,
-                                                                                  job.notebook)}
+    return {r.get("attempt", 1) for r in records
+            if (r["env"], r["notebook"]) == (job.env, job.notebook)}
 
 
 def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
-    """Claim the job's next attempt (above run.json's and every record's, saved as "running"
-    with all the run's `jobs` before it starts), run its notebook with papermill, and set its
-    status, time and error."""
+    """Claim the job's next attempt in run.json, run its notebook, set its status and error."""
     import papermill  # noqa: PLC0415 - only the driver env has it
 
     job.attempt = max([job.attempt, *recorded_attempts(run_dir, job)]) + 1
@@ -262,20 +230,18 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     save_jobs(run_dir, manifest, jobs)
     output = run_dir / job.env / f"{job.notebook}.ipynb"
     target = Target.of(manifest, job.env)
-    env = {"GPUBENCH_RUN_ID": manifest["run_id"], "GPUBENCH_ATTEMPT": str(job.attempt),
-           "NO_COLOR": "1", "TERM": "dumb"}
     here = target.python if target.how == "here" else None
-    if here:
-        env = {**here_env(target), **env}
+    env = {**(target.environ(None) if here else {}), "GPUBENCH_RUN_ID": manifest["run_id"],
+           "GPUBENCH_ATTEMPT": str(job.attempt), "NO_COLOR": "1", "TERM": "dumb"}
     start = time.perf_counter()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         papermill.execute_notebook(
-            str(notebook_path(job.notebook)), str(output),
+            str(where.notebook_path(job.notebook)), str(output),
             parameters=job_parameters(job, run_dir, manifest), log_output=True,
-            kernel_name=HERE_KERNEL if here else target.kernel,
-            kernel_manager_class=kernel_manager_class(env, here, run_dir), progress_bar=False,
-            cwd=str(notebook_path(job.notebook).parent), **kernel_config(),
+            kernel_name=kernels.HERE_KERNEL if here else target.kernel,
+            kernel_manager_class=kernels.kernel_manager_class(env, here, run_dir),
+            progress_bar=False, cwd=str(nb_params.notebooks_dir()), **kernels.kernel_config(),
             # Every record is on disk when a notebook ends or is interrupted, so the kernel is
             # stopped at once (a graceful stop of a busy kernel printed a zmq traceback).
             shutdown_kernel="immediate")
@@ -290,7 +256,7 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a bad notebook fails this job only
         job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
-        if words := last_words():  # a kernel that died says why on its stderr, if anywhere
+        if words := kernels.last_words():  # a kernel that died says why on its stderr, if anywhere
             job.error += f"; its stderr ended: {words[-1]}" + "".join(
                 f"\n  kernel stderr| {line}" for line in words)
         if isinstance(exc, OSError) and exc.errno in results.WRITE_ERRORS:  # say which file
@@ -300,6 +266,6 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     finally:
         job.seconds = time.perf_counter() - start
         Stop.kernels.clear()
-        rundir.remove_connection_files(run_dir, ours=True)
+        rundir.remove_leftovers(run_dir, ours=True)
     if Stop.reason is not None and job.status != "ok":  # the interrupted cell failed it
         job.status, job.error = "interrupted", f"stopped by {Stop.reason}"

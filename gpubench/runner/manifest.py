@@ -1,5 +1,5 @@
-"""A run directory's job list, RUN_DIR/run.json: its jobs and how each env is reached, written
-atomically, created (and locked) for a new run, and read back field by field to resume one."""
+"""RUN_DIR/run.json, the job list of a run and how each env is reached: written atomically,
+created (and locked) for a new run, and read back field by field to resume one."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 from gpubench import backends, results, rundir, schema
 from gpubench import params as nb_params
 from gpubench.rundir import LOCK, MANIFEST, UsageError, lock_run_dir
-from gpubench.runner.arguments import NEW_RUN, check_notebooks, check_params
-from gpubench.runner.targets import Target
+from gpubench.runner.targets import NEW_RUN, Target, check_notebooks, check_params
 
 RUN_SCHEMA = schema.load("run")  # run.json's one declaration: gpubench/schemas/run.schema.json
 MANIFEST_SCHEMA = max(RUN_SCHEMA["properties"]["schema"]["enum"])  # 2: "envs", status "running"
@@ -33,11 +32,6 @@ class Job:
     extra: dict | None = None  # parameters the runner adds (Multi_GPU_Scaling's virtual devices)
 
 
-def is_run_dir(path: Path) -> bool:
-    """Whether `path` holds a run started by `gpubench run`."""
-    return (path / MANIFEST).is_file()
-
-
 def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     """Save the jobs in run.json atomically; a full or read-only disk is a UsageError naming it."""
     manifest["jobs"] = [asdict(j) for j in jobs]
@@ -52,7 +46,7 @@ def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
 
 def check_new_out(run_dir: Path) -> None:
     """Refuse an --out that holds a run or anything else (a lone run.lock is nothing)."""
-    if is_run_dir(run_dir):
+    if (run_dir / MANIFEST).is_file():
         raise UsageError(f"--out {str(run_dir)!r} already holds a run; finish it with "
                          f"`{rundir.resume_command(run_dir)}`, or choose a new --out")
     if run_dir.exists() and (not run_dir.is_dir()
@@ -74,7 +68,7 @@ def new_run(out: str | None, profile: str, targets: dict[str, Target], notebooks
         raise UsageError(f"cannot create --out {str(run_dir)!r}: {results.write_problem(exc)}; "
                          "choose a writable folder") from None
     lock_run_dir(run_dir, stack)
-    if is_run_dir(run_dir):  # another process made it between our look and our lock
+    if (run_dir / MANIFEST).is_file():  # another process made it between our look and our lock
         raise UsageError(f"--out {str(run_dir)!r} was just created by another gpubench run; "
                          "choose a new --out")
     manifest = {"schema": MANIFEST_SCHEMA, "run_id": run_id, "profile": profile, "params": params,
@@ -91,7 +85,7 @@ def load_run(resume: str, profile: str | None,
     """Lock a run directory and read its manifest, to finish the run."""
     run_dir = Path(resume)
     path = run_dir / MANIFEST
-    if not path.is_symlink() and not is_run_dir(run_dir):
+    if not path.is_symlink() and not path.is_file():
         raise UsageError(f"--resume {str(run_dir)!r} is not a run directory (no {MANIFEST}); "
                          "give a folder written by `gpubench run`")
     lock_run_dir(run_dir, stack)
@@ -110,13 +104,11 @@ def load_run(resume: str, profile: str | None,
 
 
 def _bad(path: Path, name: str, value, why: str) -> UsageError:
-    """The error of a run.json field that cannot be resumed."""
     return UsageError(f"{path}: {name} is {schema.shown(value)}: {why}; {NEW_RUN}")
 
 
 def _too_deep(doc) -> str | None:
-    """The field of `doc` (named down to its third level) holding values nested deeper than
-    MAX_DEPTH, or None; walked without recursion."""
+    """The field (named to its third level) nested deeper than MAX_DEPTH, walked iteratively."""
     stack = [(doc, "", 0)]
     while stack:
         value, where, depth = stack.pop()
@@ -131,8 +123,7 @@ def _too_deep(doc) -> str | None:
 
 
 def check_manifest(manifest, path: Path) -> list[Job]:
-    """run.json checked against its schema, then what only this gpubench knows (profiles,
-    notebooks, parameters, backends); its jobs. A bad field is a UsageError naming it."""
+    """The jobs of run.json, checked by its schema and this gpubench; UsageError naming a field."""
     if not isinstance(manifest, dict):
         raise _bad(path, "the file", type(manifest).__name__, "it must be a JSON object")
     if (field := _too_deep(manifest)) is not None:
@@ -145,7 +136,6 @@ def check_manifest(manifest, path: Path) -> list[Job]:
     if manifest["profile"] not in nb_params.PROFILES:
         raise _bad(path, "profile", manifest["profile"],
                    f"use one of {', '.join(nb_params.PROFILES)}")
-    manifest.setdefault("named", [])
     for i, job in enumerate(manifest["jobs"]):
         if job["notebook"] not in nb_params.NOTEBOOKS:
             raise _bad(path, f"jobs[{i}].notebook", job["notebook"], "this gpubench has no such "
@@ -158,6 +148,7 @@ def check_manifest(manifest, path: Path) -> list[Job]:
         check_params(manifest["params"], notebooks)
     except ValueError as exc:  # UsageError, or a parameters cell that cannot be read
         raise UsageError(f"{path}: {exc}; {NEW_RUN}") from None
+    manifest.setdefault("named", [])
     saved, labels = manifest.get("envs"), list(dict.fromkeys(j.env for j in jobs))
     if saved is None:  # a schema-1 run reached env ENV through kernel gpubench-ENV
         saved = manifest["envs"] = {env: asdict(Target.of({}, env)) for env in labels}

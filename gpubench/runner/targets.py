@@ -1,9 +1,10 @@
-"""The one place that says how `gpubench run` reaches each env (a gpubench-ENV kernel, `--kernel
-NAME` or `--here`), for a new run or a resumed one; what a probe of its Python found it runs;
-and, before any kernel starts, which envs or `-p` values cannot run there."""
+"""What a run runs and where, all checked before anything runs: the notebooks, the `-p` values (by
+the parameters cell of the .ipynb that will run), and each env: how it is reached (a gpubench-ENV
+kernel, `--kernel NAME` or `--here`) and what a probe of its Python found it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -17,9 +18,82 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubench import backends, envs, machine
-from gpubench import params as nb_params
+from gpubench import params as nb_params  # `params` names -p values here
 from gpubench.rundir import UsageError
-from gpubench.runner.arguments import NEW_RUN, given
+
+# Parameters the runner sets itself, and the option a user gives instead.
+RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "--envs"}
+NEW_RUN = "start a new run with `gpubench run`"
+Problems = dict[str, tuple[str, str]]  # env -> (status, why) of an env that cannot run
+
+
+def notebook_path(notebook: str) -> Path:
+    """The .ipynb file a job of `notebook` runs."""
+    return nb_params.notebooks_dir() / f"{notebook}.ipynb"
+
+
+def declared(notebook: str) -> dict:
+    """{name: default} of the parameters cell of the .ipynb file that will run."""
+    return nb_params.declared_in(notebook_path(notebook))
+
+
+def check_notebooks(names: list[str] | None) -> list[str]:
+    """The notebooks to run, in the canonical order; unknown or missing: UsageError."""
+    if unknown := [n for n in names or [] if n not in nb_params.NOTEBOOKS]:
+        raise UsageError(f"unknown notebook(s) {', '.join(unknown)}; "
+                         f"use some of {', '.join(nb_params.NOTEBOOKS)}")
+    chosen = [n for n in nb_params.NOTEBOOKS if names is None or n in names]
+    if missing := [n for n in chosen if not notebook_path(n).is_file()]:
+        raise UsageError(f"notebook(s) {', '.join(missing)} missing from "
+                         f"{nb_params.notebooks_dir()}; restore them (git checkout notebooks) or "
+                         "leave them out with --notebooks")
+    return chosen
+
+
+def parse_params(items: list[str] | None) -> dict[str, dict]:
+    """-p [NOTEBOOK:]NAME=VALUE items -> {notebook or "*": {name: value}}; values as JSON."""
+    parsed: dict[str, dict] = {}
+    for item in items or []:
+        head, sep, value = item.partition("=")
+        target, colon, name = head.rpartition(":")
+        if not sep or not name or (colon and not target):
+            raise UsageError(f"bad --param {item!r}; write NAME=VALUE or NOTEBOOK:NAME=VALUE")
+        if target:
+            check_notebooks([target])
+        if name in RUNNER_PARAMS:
+            raise UsageError(f"-p {name} belongs to the runner; use {RUNNER_PARAMS[name]} instead")
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+        if name in nb_params.FOLDERS and isinstance(value, str):  # kernels run in notebooks/
+            value = os.path.abspath(os.path.expanduser(value))
+        parsed.setdefault(target or "*", {})[name] = value
+    return parsed
+
+
+def given(params: dict[str, dict], notebook: str) -> dict:
+    """The -p values that reach `notebook` ("NOTEBOOK:" ones over the others)."""
+    names = declared(notebook)
+    return {name: value for scope in ("*", notebook)
+            for name, value in params.get(scope, {}).items() if name in names}
+
+
+def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
+    """Refuse a -p name no notebook it targets declares, or a value its notebook would reject."""
+    for scope, values in params.items():
+        reached = notebooks if scope == "*" else [scope]
+        for name in (n for n in values if not any(n in declared(nb) for nb in reached)):
+            takes = "; ".join(f"{nb} takes " + ", ".join(n for n in declared(nb)
+                                                       if n not in RUNNER_PARAMS)
+                              for nb in reached)
+            raise UsageError(f"unknown parameter -p {name}: {takes}")
+    if outside := [scope for scope in params if scope not in ("*", *notebooks)]:
+        raise UsageError(f"-p {outside[0]}:{','.join(params[outside[0]])}: {outside[0]} is not in "
+                         f"this run ({', '.join(notebooks)}); add it to --notebooks or drop the -p")
+    for nb in [nb for nb in notebooks if "*" in params or nb in params]:
+        try:
+            nb_params.check_params(nb, given(params, nb), declared=declared(nb))
+        except ValueError as exc:
+            raise UsageError(f"-p for {nb}: {exc}") from None
 
 
 @dataclass
@@ -45,99 +119,76 @@ class Target:
         saved = manifest.get("envs", {}).get(env)
         return cls(**saved) if saved else cls(kernel=backends.kernel_name(env))
 
+    def spec(self) -> dict | None:
+        """Its kernel's spec (as envs.kernel_specs gives it); None for `--here` or none found."""
+        return None if self.how == "here" else envs.kernel_specs("").get(self.kernel)
 
-def kernel_spec(name: str):
-    """jupyter_client's KernelSpec of kernel `name`, or None when no such kernel exists."""
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel  # noqa: PLC0415
+    def environ(self, spec: dict | None) -> dict[str, str]:
+        """Its kernel's environment: `spec`'s over ours; `--here`: this gpubench on PYTHONPATH."""
+        if self.how != "here":
+            return {**os.environ, **spec["env"]}
+        path = os.pathsep.join(filter(None, [str(machine.project_root()),
+                                             os.environ.get("PYTHONPATH")]))
+        return {**os.environ, "PYTHONPATH": path,
+                **({"KERAS_BACKEND": self.backend} if self.backend else {})}
 
-    try:
-        return KernelSpecManager().get_kernel_spec(name)
-    except NoSuchKernel:
+    def probe(self, environ: dict[str, str]) -> str | None:
+        """Fill in what its Python's `gpubench doctor --json` finds; the error, if any."""
+        info = envs.probe_python([self.python], env=environ)
+        if info.get("error"):
+            return str(info["error"]).strip().splitlines()[-1]
+        try:
+            self.backend = backends.check_name(str(info["backend"]))
+            self.devices = [str(d) for d in info["devices"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            return f"its `gpubench doctor --json` names no backend or devices ({exc})"
+        self.tensorflow_importable = bool(info.get("tensorflow_importable"))
+        self.diagnosis = info.get("diagnosis") or None
         return None
 
 
-def here_env(target: Target) -> dict[str, str]:
-    """The environment of a `--here` kernel and its probe: this process's, its backend fixed,
-    this gpubench importable (PYTHONPATH) from the notebooks' folder."""
-    path = os.pathsep.join(filter(None, [str(machine.project_root()),
-                                         os.environ.get("PYTHONPATH")]))
-    extra = {"KERAS_BACKEND": target.backend} if target.backend else {}
-    return {**os.environ, "PYTHONPATH": path, **extra}
+def _backend(environ: dict[str, str]) -> str:
+    name = environ.get("KERAS_BACKEND")
+    return backends.check_name(name) if name else backends.requested()
 
 
-def kernel_environ(target: Target) -> dict[str, str]:
-    """The environment the kernel of `target` starts with (before the runner's additions)."""
-    if target.how == "here":
-        return here_env(target)
-    return {**os.environ, **kernel_spec(target.kernel).env}
-
-
-def _backend(value: str | None) -> str:
-    """The Keras backend a kernel will load: `value` (its KERAS_BACKEND), else Keras's rule."""
-    return backends.check_name(value) if value else backends.requested()
-
-
-def _probe(target: Target, env: dict[str, str]) -> str | None:
-    """Fill `target` from `PYTHON -m gpubench doctor --json` run with `env`; the error, if any."""
-    info = envs.probe_python([target.python], env=env)
-    if info.get("error"):
-        return str(info["error"]).strip().splitlines()[-1]
-    try:
-        target.backend = backends.check_name(str(info["backend"]))
-        target.devices = [str(d) for d in info["devices"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        return f"its `gpubench doctor --json` names no backend or devices ({exc})"
-    target.tensorflow_importable = bool(info.get("tensorflow_importable"))
-    target.diagnosis = info.get("diagnosis") or None
-    return None
-
-
-def _here() -> tuple[str, Target]:
-    """`--here`: the env of the Python that runs gpubench, labelled by probing it."""
+def _probed(kernel: str | None) -> dict[str, Target]:
+    """`--kernel NAME` or (None) `--here`: one env, labelled by probing its Python."""
     python = os.path.abspath(sys.executable)  # relative when PATH names a relative folder
-    or_envs = (", or run without --here in the envs `make setup` creates"
-               if machine.checkout() else "")
-    for module in ("ipykernel", "papermill", "keras"):
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"--here: {module} is not installed in {python}; install it "
-                             f"(`{python} -m pip install {module}`){or_envs}")
-    backends.requested()
-    target = Target(how="here", python=python)
-    if error := _probe(target, here_env(target)):
-        raise UsageError(f"--here: {python} cannot run gpubench ({error}); fix that env{or_envs}")
-    return backends.env_label(target.backend, bool(target.gpus)), target
-
-
-def _kernel(name: str) -> tuple[str, Target]:
-    """`--kernel NAME`: an existing Jupyter kernel, labelled by probing the Python it runs."""
-    from jupyter_client.kernelspec import KernelSpecManager  # noqa: PLC0415
-
-    if (spec := kernel_spec(name)) is None:
-        known = ", ".join(sorted(KernelSpecManager().find_kernel_specs())) or "none"
-        raise UsageError(f"--kernel {name!r}: no such Jupyter kernel; use one of: {known} "
+    who, fix = f"--kernel {kernel!r}", "install gpubench there, or use another kernel"
+    if kernel is None:
+        or_envs = (", or run without --here in the envs `make setup` creates"
+                   if machine.checkout() else "")
+        who, fix = "--here", f"fix that env{or_envs}"
+        if missing := [m for m in ("ipykernel", "papermill", "keras")
+                       if importlib.util.find_spec(m) is None]:
+            raise UsageError(f"--here: {missing[0]} is not installed in {python}; install it "
+                             f"(`{python} -m pip install {missing[0]}`){or_envs}")
+        target, spec = Target(how="here", python=python), None
+        backends.requested()
+    elif (spec := envs.kernel_specs("").get(kernel)) is None:
+        known = ", ".join(envs.kernel_specs("")) or "none"
+        raise UsageError(f"{who}: no such Jupyter kernel; use one of: {known} "
                          "(`jupyter kernelspec list`), or --here")
-    _backend(spec.env.get("KERAS_BACKEND") or os.environ.get("KERAS_BACKEND"))
-    if not spec.argv:
-        raise UsageError(f"--kernel {name!r}: its kernel.json has an empty argv; use another "
-                         "kernel")
-    target = Target(how="kernel", kernel=name, python=spec.argv[0])
-    if error := _probe(target, {**os.environ, **spec.env}):
-        raise UsageError(f"--kernel {name!r}: its Python {target.python} cannot run gpubench "
-                         f"({error}); install gpubench there, or use another kernel")
-    return backends.env_label(target.backend, bool(target.gpus)), target
+    else:
+        _backend({**os.environ, **spec["env"]})
+        if not spec["argv"]:
+            raise UsageError(f"{who}: its kernel.json has an empty argv; use another kernel")
+        target = Target(how="kernel", kernel=kernel, python=spec["argv"][0])
+    if error := target.probe(target.environ(spec)):
+        raise UsageError(f"{who}: its Python {target.python} cannot run gpubench ({error}); {fix}")
+    return {backends.env_label(target.backend, bool(target.gpus)): target}
 
 
 def _standard(names: list[str] | None) -> dict[str, Target]:
-    """The gpubench-ENV kernels to run: by default the book's TensorFlow envs set up (else every
-    env set up); an unknown name, or one not set up, is a usage error saying what to do."""
+    """The gpubench-ENV kernels `names` (default: the TensorFlow ones set up, else all)."""
     specs, env_kernel = envs.kernel_specs(), backends.kernel_name("ENV")
     if names is None and not specs:
         make = "run `make setup`, or " if machine.checkout() else ""
         raise UsageError(f"no env is set up (no Jupyter kernel named {env_kernel}); {make}"
                          "`gpubench run --here` to use this Python")
     if names is None:
-        book = [e for e in specs if backends.env_backend(e) == "tensorflow"]
-        names = book or list(specs)
+        names = [e for e in specs if backends.env_backend(e) == "tensorflow"] or list(specs)
     known = list(dict.fromkeys([*backends.ENVS, *sorted(specs)]))
     if unknown := [n for n in names if n not in known]:
         raise UsageError(f"unknown env(s) {', '.join(unknown)}; use some of {', '.join(known)} "
@@ -154,47 +205,61 @@ def _standard(names: list[str] | None) -> dict[str, Target]:
             for env in dict.fromkeys(names)}
 
 
-def _problems(targets: dict[str, Target], named: bool) -> dict[str, tuple[str, str]]:
-    """Probe what must be known before the first kernel (a GPU env's GPUs, a non-TensorFlow
-    env's TensorFlow): env -> (status, why) for envs that cannot run. In envs `named` on the
-    command line, that is a usage error instead, with the diagnosis."""
-    problems: dict[str, tuple[str, str]] = {}
-    specs = {spec["kernel"]: spec for spec in envs.kernel_specs().values()}
+def _problems(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
+              named: bool) -> Problems:
+    """The envs that cannot run (UsageError for one `named`): probed, XLA_FLAGS, -p values."""
+    problems: Problems = {}
     for env, target in targets.items():
-        if target.how != "env":
-            continue  # `--here` and `--kernel` were probed when chosen
-        if (spec := specs.get(target.kernel)) is None:
-            problems[env] = ("skipped", f"env {env!r} is not set up (no kernel {target.kernel}); "
-                                        f"create it with {envs.setup_command(env)}")
-            continue
-        try:  # the spec pins its backend, whatever the shell says
-            target.backend = _backend(spec["env"].get("KERAS_BACKEND")
-                                      or os.environ.get("KERAS_BACKEND"))
-        except backends.BackendError as exc:
-            raise UsageError(f"kernel {target.kernel}: {exc}") from None
-        if (foreign := envs.foreign_kernel(spec)) is not None:
-            problems[env] = ("skipped", foreign)
-            continue
-        target.python = target.python or (spec["argv"] or [None])[0]
-        gpu, why = backends.is_gpu_env(env), None
-        if not gpu and target.backend == "tensorflow":
-            target.devices, target.tensorflow_importable = ["cpu"], True  # a CPU TensorFlow env
-        elif error := _probe(target, {**os.environ, **spec["env"]}):
-            why = f"its Python {target.python} cannot run gpubench: {error}"
-            if named:
-                raise UsageError(f"--envs {env}: {why}")
-        elif gpu and not target.gpus:
-            why = target.diagnosis or f"its {target.backend} sees no GPU"
-            if named:  # as a named GPU env that sees no GPU: before anything runs
-                raise UsageError(f"--envs {env}: {target.backend} in this env sees no GPU; "
-                                 f"leave {env} out. " + " ".join(why.split()))
+        spec, why = target.spec(), None
+        environ = target.environ(spec)
+        if target.how == "env":
+            try:  # the spec pins its backend, whatever the shell says
+                target.backend = _backend(environ)
+            except backends.BackendError as exc:
+                raise UsageError(f"kernel {target.kernel}: {exc}") from None
+            if (foreign := envs.foreign_kernel(spec)) is not None:
+                problems[env] = ("skipped", foreign)
+                continue
+            target.python = target.python or (spec["argv"] or [None])[0]
+            gpu = backends.is_gpu_env(env)
+            if not gpu and target.backend == "tensorflow":
+                target.devices, target.tensorflow_importable = ["cpu"], True  # a CPU TF env
+            elif error := target.probe(environ):
+                why = f"its Python {target.python} cannot run gpubench: {error}"
+                if named:
+                    raise UsageError(f"--envs {env}: {why}")
+            elif gpu and not target.gpus:
+                why = target.diagnosis or f"its {target.backend} sees no GPU"
+                if named:  # as a named GPU env that sees no GPU: before anything runs
+                    raise UsageError(f"--envs {env}: {target.backend} in this env sees no GPU; "
+                                     f"leave {env} out. " + " ".join(why.split()))
         if why:
             problems[env] = ("failed", why)
+        elif target.backend == "tensorflow" and environ.get("XLA_FLAGS"):
+            _check_xla_flags(env, target.python, environ)
+    _check_runnable(targets, notebooks, params, problems)
     return problems
 
 
+def _check_xla_flags(env: str, python: str, environ: dict[str, str]) -> None:
+    """Compile an XLA function there: only then TensorFlow reads (and aborts on) XLA_FLAGS."""
+    check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
+    flags = environ["XLA_FLAGS"]
+    try:
+        done = subprocess.run([python, "-c", check], env=environ, timeout=600,
+                              capture_output=True, text=True, cwd=tempfile.gettempdir())
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {python} ({exc}); "
+                         "unset XLA_FLAGS, or fix that env") from None
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+        line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
+        raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
+                         f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
+
+
 def _check_runnable(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
-                    problems: dict[str, tuple[str, str]]) -> None:
+                    problems: Problems) -> None:
     """Refuse -p values an env cannot run: a GPU it does not have, what its backend lacks."""
     for env, target in targets.items():
         for nb in notebooks if env not in problems and target.devices is not None else []:
@@ -217,88 +282,35 @@ def _check_runnable(targets: dict[str, Target], notebooks: list[str], params: di
                 raise UsageError(f"-p for {nb} in env {env}: {exc}") from None
 
 
-def _check_xla_flags(targets: dict[str, Target]) -> None:
-    """A TensorFlow env given XLA_FLAGS compiles one small XLA function in its own Python first
-    (TensorFlow reads the flags only then, and aborts on one it does not know)."""
-    for env, target in targets.items():
-        environ = kernel_environ(target) if target.backend == "tensorflow" else {}
-        if not target.python or not (flags := environ.get("XLA_FLAGS")):
-            continue
-        check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
-        try:
-            done = subprocess.run([target.python, "-c", check], env=environ, timeout=600,
-                                  capture_output=True, text=True, cwd=tempfile.gettempdir())
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {target.python} "
-                             f"({exc}); unset XLA_FLAGS, or fix that env") from None
-        if done.returncode != 0:
-            said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
-            line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
-            raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
-                             f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
-
-
-def scaling_refusal(target: Target) -> str | None:
-    """Why Multi_GPU_Scaling cannot run on `target`'s backend (scaling's rule), said for the way
-    the env is reached; None when it can."""
-    from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
-
-    if not target.backend or not rules.backend_refusal(target.backend):
-        return None
-    can = rules.PARALLEL_BACKENDS
-    where = (" or ".join(f"--envs {backends.env_label(b, False)}" for b in can)
-             if target.how == "env" else
-             f"--here or --kernel in a Python whose KERAS_BACKEND is {' or '.join(can)}")
-    return (f"{rules.NOTEBOOK} has no data-parallel path on "
-            f"{backends.backend_title(target.backend)}; "
-            f"run it on {' or '.join(map(backends.backend_title, can))} ({where})")
-
-
 def for_new_run(env_names: list[str] | None, here: bool, kernel: str | None,
-                notebooks: list[str], params: dict[str, dict],
-                named: list[str]) -> tuple[dict[str, Target], dict[str, tuple[str, str]]]:
-    """The envs of a new run and the problems of those that cannot run, every check made that
-    can be made before the run directory exists (`named`: the notebooks given by name)."""
-    targets = (dict([_here()]) if here else dict([_kernel(kernel)]) if kernel
-               else _standard(env_names))
-    problems = _problems(targets, named=env_names is not None)
-    _check_runnable(targets, notebooks, params, problems)
-    from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
-
-    for env, target in targets.items():
-        if rules.NOTEBOOK in named and (why := scaling_refusal(target)):
-            raise UsageError(f"--notebooks {rules.NOTEBOOK} in env {env}: {why}")
-    _check_xla_flags({e: t for e, t in targets.items() if e not in problems})
-    return targets, problems
+                notebooks: list[str], params: dict[str, dict]) -> tuple[dict[str, Target],
+                                                                        Problems]:
+    """The envs of a new run, and the problems of those that cannot run."""
+    targets = _probed(kernel) if here or kernel else _standard(env_names)
+    return targets, _problems(targets, notebooks, params, named=env_names is not None)
 
 
-def for_resume(manifest: dict, jobs: list, path: Path) -> tuple[dict[str, Target],
-                                                                 dict[str, tuple[str, str]]]:
-    """The envs of a resumed run (run.json at `path`) and the problems of those with work left;
-    a kernel or Python that is gone is a usage error saying how to bring it back."""
+def for_resume(manifest: dict, jobs: list, path: Path) -> tuple[dict[str, Target], Problems]:
+    """The envs of a resumed run and their problems; UsageError for a kernel or Python gone."""
     targets = {env: Target.of(manifest, env) for env in manifest["envs"]}
     todo = [j for j in jobs if j.status != "ok"]
     waiting = {e: t for e, t in targets.items() if any(j.env == e for j in todo)}
     for env, target in waiting.items():
-        spec = None if target.how == "here" else kernel_spec(target.kernel or "")
+        spec, field = target.spec(), f"{path}: envs.{env}"
         again = (envs.setup_command(env) if target.how == "env" else
                  f"`{shlex.quote(target.python or 'PYTHON')} -m ipykernel install --user "
                  f"--name {target.kernel}`")
         if target.how != "here" and spec is None:
-            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} is no longer a Jupyter "
-                             f"kernel; register it again ({again}), or {NEW_RUN}")
-        python = target.python if spec is None else (spec.argv or [""])[0]
+            raise UsageError(f"{field}.kernel {target.kernel!r} is no longer a Jupyter kernel; "
+                             f"register it again ({again}), or {NEW_RUN}")
+        python = target.python if spec is None else (spec["argv"] or [""])[0]
         if target.how == "here" and not (python and Path(python).exists()):
-            raise UsageError(f"{path}: envs.{env}.python {python!r} no longer exists; {NEW_RUN}")
+            raise UsageError(f"{field}.python {python!r} no longer exists; {NEW_RUN}")
         if target.how != "here" and not shutil.which(python):
             fix = (f"re-create the env with {again}" if target.how == "env" else "register that "
                    "kernel again with a Python that exists (`jupyter kernelspec list` shows "
                    "where it is)")
-            raise UsageError(f"{path}: envs.{env}.kernel {target.kernel!r} cannot start: its "
-                             f"Python {python!r} no longer exists; {fix}, then resume, or "
-                             f"{NEW_RUN}")
-    _check_xla_flags(waiting)
-    problems = _problems(waiting, named=False)
-    _check_runnable(waiting, list(dict.fromkeys(j.notebook for j in todo)), manifest["params"],
-                    problems)
-    return targets, problems
+            raise UsageError(f"{field}.kernel {target.kernel!r} cannot start: its Python "
+                             f"{python!r} no longer exists; {fix}, then resume, or {NEW_RUN}")
+    return targets, _problems(waiting, list(dict.fromkeys(j.notebook for j in todo)),
+                              manifest["params"], named=False)

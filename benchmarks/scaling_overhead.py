@@ -2,7 +2,7 @@
 
 The scaling step is what Multi_GPU_Scaling and `gpubench scaling` time, on the backend
 KERAS_BACKEND names: on TensorFlow MirroredStrategy over one device, `strategy.run` inside a
-`tf.function`, the loss averaged with `tf.nn.compute_average_loss`, the data from
+`tf.function`, each replica's mean loss over the replicas, the data from
 `distribute_datasets_from_function`; on JAX DataParallel over one device and Keras's own `fit`;
 on PyTorch DistributedDataParallel in a process group of one, its own step and the Keras optimiser.
 The bare side is `model.fit` on the CPU with the same batch, no callbacks, no validation.

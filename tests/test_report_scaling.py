@@ -11,7 +11,8 @@ from PIL import Image
 
 from conftest import REPO
 from gpubench import report, results
-from gpubench.report import charts, inputs
+from gpubench.report import format as report_format
+from gpubench.report import inputs
 
 TEMPLATE = REPO / "reference" / "h200-jax" / "results.jsonl"
 DIRS = 12  # 24 columns, past every chart's cap
@@ -65,7 +66,7 @@ def test_charts_stay_readable(many):
 def test_report_says_what_the_charts_leave_out(many):
     _, built, _ = many
     text = built.read_text(encoding="utf-8")
-    capped = f"first {charts.MAX_COLUMNS} of the {2 * DIRS} columns"
+    capped = f"first {report_format.MAX_COLUMNS} of the {2 * DIRS} columns"
     assert text.count(capped) == 2  # the matmul charts and the epoch chart
     assert f"of the {DIRS} columns" in text  # speed factors: the jax-gpu columns only
     for k in range(DIRS):  # the tables keep every machine
@@ -75,11 +76,11 @@ def test_report_says_what_the_charts_leave_out(many):
 def test_capped_keeps_the_first_columns_in_the_tables_order():
     records = [{"env": env, "_column": f"{host} · {env}", "environment": {"hostname": host}}
                for host in ("b", "a", "c", "d") for env in ("cpu", "gpu")]
-    shown, text = charts.capped(records)
+    shown, text = report_format.capped(records)
     assert {r["_column"] for r in shown} == {"a · cpu", "a · gpu", "b · cpu", "b · gpu",
                                              "c · cpu", "c · gpu"}
     assert "first 6 of the 8 columns" in text and "(a · cpu to c · gpu)" in text
-    assert charts.capped(records[:6]) == (records[:6], "")
+    assert report_format.capped(records[:6]) == (records[:6], "")
 
 
 def test_many_runs_in_one_file_make_one_line_per_job(tmp_path):

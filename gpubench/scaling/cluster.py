@@ -1,21 +1,17 @@
-"""`gpubench scaling`: training across worker processes, on several machines (`--cluster`) or on
-this one (`--local-workers`, and PyTorch's chapter), with tf.distribute, jax.distributed or
-torch.distributed. Each worker checks its port and one all-reduce before it trains; worker 0 then
-runs the same command in one process (the efficiency's reference) and writes both records.
-"""
+"""The chapter's sweep on this machine, and `gpubench scaling`'s worker processes (--local-workers,
+--cluster, PyTorch's chapter): each checks its port and an all-reduce, trains; worker 0 writes."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
+import selectors
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,42 +20,118 @@ from gpubench import backends, results, rundir
 from gpubench.params import check_scaling, positive_int
 from gpubench.params import resolve as resolve_params
 from gpubench.scaling import rules
-from gpubench.scaling.step import placed, record, telemetry_device, train
+from gpubench.scaling.step import record, train
+
+_split: int | None = None  # the CPU devices split_cpu made in this process
 
 
-def cli_params(profile: str | None) -> dict:
-    """Multi_GPU_Scaling's parameters in `profile`, as `gpubench scaling` uses them."""
-    return check_scaling(resolve_params(rules.NOTEBOOK, profile=profile)[0])
+def split_cpu(count: int | None) -> None:
+    """Split the CPU into `count` devices (PyTorch: processes; None: leave it), before anything."""
+    global _split
+    try:
+        if count is not None and count != _split:
+            _split = rules.parallel().split_cpu(positive_int("virtual_devices", count))
+    except RuntimeError:
+        title = backends.current().TITLE
+        raise RuntimeError(
+            f"virtual_devices={count}: {title} has already set up its devices in this process "
+            f"({rules.parallel().split_cpu(None)} CPU device(s)); restart the kernel and call "
+            f"gb.scaling.split_cpu({count}) before anything runs on {title}") from None
 
 
-def default_out() -> Path:
-    """A new run directory under runs/ for `gpubench scaling`."""
-    return results.runs_dir() / f"scaling-{results.current_run_id()}"
+def local_devices(names: Sequence[str] | None = None) -> list[str]:
+    """The canonical devices to replicate over: `names`, else every GPU, else the CPU's."""
+    from gpubench import devices  # noqa: PLC0415 - loads the backend, after split_cpu
+
+    cpus = [f"cpu:{i}" for i in range(_split or rules.parallel().split_cpu(None))]
+    if names is None:
+        return devices.list_devices()[1:] or cpus
+    chosen = [rules.canonical(name) for name in names]
+    for i, name in enumerate(chosen):
+        if name.startswith("cpu") and name not in cpus:
+            raise devices.DeviceError(
+                f"unknown device {names[i]!r}: {backends.requested()} has {len(cpus)} CPU "
+                f"device(s); use cpu:0 to {cpus[-1]}, or set virtual_devices to split the CPU")
+        if not name.startswith("cpu"):
+            chosen[i] = rules.canonical(devices.resolve(names[i]))
+    if len(set(chosen)) != len(chosen):
+        raise devices.DeviceError(f"devices {list(names)!r} name a device twice; give each once")
+    return chosen
+
+
+def strategy(device_names: Sequence[str]):
+    """(the backend's distribution over `device_names` in this process, its record's fields)."""
+    return rules.parallel().strategy([rules.canonical(d) for d in device_names])
+
+
+def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
+          replicas: Sequence[int] | None = None, per_replica_batch_size: int = 100,
+          scaling: str = "weak", epochs: int = 3, virtual_devices: int | None = None,
+          store: results.ResultsStore | None = None, env: str | None = None,
+          notebook: str = rules.NOTEBOOK, seed: int = 0) -> list[dict]:
+    """Train `model_name` on 1, 2, ... of `devices`; a record per count, stored as measured."""
+    from gpubench import training  # noqa: PLC0415 - loads the backend
+
+    params = check_scaling({"model": model_name, "devices": devices, "replicas": replicas,
+                           "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
+                           "epochs": epochs, "virtual_devices": virtual_devices})
+    split_cpu(virtual_devices)
+    par, chosen = rules.parallel(), local_devices(params["devices"])
+    counts = rules.check_replicas(params["replicas"], len(chosen))
+    if chosen[0].startswith("cpu") and (_split or par.split_cpu(None)) > 1:
+        virtual_devices = _split or par.split_cpu(None)  # here, or before the sweep (XLA_FLAGS)
+    split = None if par.PROCESSES else training.split(model_name, data)
+    records, base = [], None
+    for count in counts:
+        batch, per_replica = rules.global_batch(scaling, per_replica_batch_size, count)
+        fields = dict(notebook=notebook, env=env or results.default_env_name(),
+                      device=",".join(chosen[:count]), devices=chosen[:count], model=model_name,
+                      dataset=data.name, data_source=data.source, data_verified=data.verified,
+                      strategy=par.STRATEGY, replicas=count,
+                      workers=count if par.PROCESSES else 1, global_batch_size=batch,
+                      per_replica_batch_size=per_replica, scaling=scaling,
+                      virtual_devices=virtual_devices)
+        print(f"{count} replica(s) on {fields['device']}: global batch {batch} ({per_replica} "
+              "per replica)", flush=True)
+        try:
+            if par.PROCESSES:
+                records.append(in_processes(chosen[:count], data, params | {
+                    "seed": seed, "fields": fields, "base": base}))
+            else:
+                found, facts = strategy(chosen[:count])
+                print(f"  all-reduce: {facts['all_reduce']}", flush=True)
+                measured = train(found, model_name, split, batch=batch, epochs=epochs, seed=seed,
+                                 monitor=chosen[0] if chosen[0].startswith("gpu") else "cpu")
+                records.append(record(measured, base, **(fields | facts)))
+        except BaseException as exc:
+            if store is not None:
+                status, error = backends.failure(exc)
+                store.append(results.make_record("scaling", status=status, error=error, **fields))
+            raise
+        base = base or (records[-1]["samples_per_second"] if count == 1 else None)
+        if store is not None:
+            store.append(records[-1])
+    return records
 
 
 def _answers(address: str) -> bool:
     host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-    except OSError:
-        return False
-    return True
+    with contextlib.suppress(OSError), socket.create_connection((host.strip("[]"), int(port)), 5):
+        return True
+    return False
 
 
 def check_address(cluster: Sequence[str], index: int, listens: bool) -> None:
     """ValueError if this worker's port is taken (`listens`); RuntimeError if worker 0's is mute."""
     port = int(cluster[index].rpartition(":")[2])
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            if listens:
-                sock.bind(("", port))
-        except OSError as exc:
-            raise ValueError(f"port {port} of --cluster entry {index} ({cluster[index]}) is in "
-                             f"use on this machine ({exc.strerror}); free it or pick another "
-                             "port") from None
-    wait = float(os.environ.get(rules.CONNECT_TIMEOUT_ENV) or 300)
-    deadline = time.monotonic() + wait
+    try:
+        if listens:
+            socket.create_server(("", port)).close()
+    except OSError as exc:
+        raise ValueError(f"port {port} of --cluster entry {index} ({cluster[index]}) is in use on "
+                         f"this machine ({os.strerror(exc.errno)}); free it or pick another "
+                         "port") from None
+    deadline = time.monotonic() + (wait := float(os.environ.get(rules.CONNECT_TIMEOUT_ENV) or 300))
     while index and not _answers(cluster[0]):
         if time.monotonic() > deadline:
             raise RuntimeError(f"worker {index}: worker 0 at {cluster[0]} did not answer in "
@@ -83,14 +155,15 @@ def check_collective(found, fields: dict, index: int, workers: int) -> None:
             f"{want.tolist()} was expected; the collective returns wrong data: not training")
 
 
-def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None,
-               out: str | os.PathLike | None = None, replicas: int | None = None) -> int:
+def run_worker(cluster: Sequence[str], index: int, out: Path, *, profile: str | None = None,
+               replicas: int | None = None) -> int:
     """Worker `index` of `cluster`: join, check one all-reduce, train; worker 0 writes records."""
     if (launcher := os.environ.get(rules.LAUNCHER_ENV, "")).isdigit():
         rundir.tie_to_parent(int(launcher))  # it dies with its launcher, even by kill -9
     extra = json.loads(os.environ.get(rules.PARAMS_ENV) or "{}")  # a chapter's, or a test's
-    params, chapter = cli_params(profile) | extra, "fields" in extra
-    par, out = rules.parallel(), Path(out or default_out())
+    params = check_scaling(resolve_params(rules.NOTEBOOK, profile=profile)[0]) | extra
+    chapter = "fields" in extra
+    par = rules.parallel()
     with contextlib.ExitStack() as stack:
         if index == 0 and not chapter and launcher != str(os.getppid()):  # else the launcher's
             rundir.lock_run_dir(out, stack)
@@ -106,27 +179,31 @@ def run_worker(cluster: Sequence[str], index: int, *, profile: str | None = None
         check_collective(found, fields, index, len(cluster))
         print(f"worker {index}: {fields['replicas']} replica(s), {fields['engine']} over "
               f"{fields['collective']}; the all-reduce check passed", flush=True)
-        loaded, split = _data(params)
+        from gpubench import data, training  # noqa: PLC0415 - after join: they start the backend
+        loaded = data.load(params["dataset"], source=params["data_source"],
+                           data_dir=params["data_dir"],
+                           max_train_samples=params["max_train_samples"])
         fields["global_batch_size"], fields["per_replica_batch_size"] = rules.global_batch(
             params["scaling"], params["per_replica_batch_size"], fields["replicas"])
-        gpu = "gpu:0" if fields["collective"] == "nccl" else "cpu"
-        measured = train(found, params["model"], split, batch=fields["global_batch_size"],
-                         epochs=params["epochs"], seed=params.get("seed", 0),
-                         monitor=telemetry_device([device or gpu]))
+        watch = device or ("gpu:0" if fields["collective"] == "nccl" else "cpu")
+        measured = train(found, params["model"], training.split(params["model"], loaded),
+                         batch=fields["global_batch_size"], epochs=params["epochs"],
+                         seed=params.get("seed", 0),
+                         monitor=watch if watch.startswith("gpu") else "cpu")
         print(f"final_loss {measured.epoch_losses[-1]!r}", flush=True)
         par.leave(found)
-        store = results.ResultsStore(out / results.RESULTS_FILE)
         if index == 0 and chapter:  # the chapter's record, which its sweep reads back
-            store.append(record(measured, extra["base"], **(extra["fields"] | fields)))
+            results.ResultsStore(out / results.RESULTS_FILE).append(
+                record(measured, extra["base"], **(extra["fields"] | fields)))
         elif index == 0:
-            _write(store, params, loaded, cluster, measured, fields)
+            _write(out, params, loaded, cluster, measured, fields)
         while index and _answers(cluster[0]):  # TensorFlow's workers watch each other's heartbeat
             time.sleep(1)
     return 0
 
 
-def _write(store: results.ResultsStore, params: dict, loaded, cluster: Sequence[str],
-           measured, fields: dict) -> None:
+def _write(out: Path, params: dict, loaded, cluster: Sequence[str], measured,
+           fields: dict) -> None:
     """Worker 0 after training: the same run in one process on one device, then both records."""
     from gpubench.report.scaling import table  # noqa: PLC0415
 
@@ -136,98 +213,69 @@ def _write(store: results.ResultsStore, params: dict, loaded, cluster: Sequence[
                   data_verified=loaded.verified, scaling=params["scaling"])
     local = ["gpu:0" if fields["collective"] == "nccl" else "cpu:0"]
     base = in_processes(local, loaded, params | {
-        "fields": common | placed(local) | {"workers": 1}, "base": None})
-    multi = record(measured, base["samples_per_second"], **common, **placed(cluster), **fields,
-                   workers=len(cluster))
+        "fields": common | {"device": local[0], "devices": local, "workers": 1}, "base": None})
+    multi = record(measured, base["samples_per_second"], **common, device=",".join(cluster),
+                   devices=list(cluster), **fields, workers=len(cluster))
+    store = results.ResultsStore(out / results.RESULTS_FILE)
     store.append(base)
     store.append(multi)
     print(f"{table([base, multi])}\nRecords: {store.path}; `gpubench report "
           f"{store.path.parent}` puts them in a report", flush=True)
 
 
-def _data(params: dict):
-    from gpubench import data, training  # noqa: PLC0415 - loads the backend
-
-    loaded = data.load(params["dataset"], source=params["data_source"],
-                       data_dir=params["data_dir"], max_train_samples=params["max_train_samples"])
-    return loaded, training.split(params["model"], loaded)
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on 127.0.0.1 right now."""
-    with contextlib.ExitStack() as stack:  # each stays bound until all are chosen
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
-@dataclasses.dataclass
-class _Worker:
-    """A worker process, and a thread that prints its output, keeping its last non-empty line."""
-
-    index: int
-    proc: subprocess.Popen
-    last_line: str = ""
-
-    def __post_init__(self) -> None:
-        self.reader = threading.Thread(target=self._relay, daemon=True)
-        self.reader.start()
-
-    def _relay(self) -> None:
-        for line in self.proc.stdout:
-            self.last_line = line.strip() or self.last_line
-            print(f"[worker {self.index}] {line}", end="", flush=True)
-
-
 def launch(count: int, out: Path, args: Sequence[str] = (), env: dict | None = None,
            timeout: float = 1800.0) -> int:
     """Start `count` workers on 127.0.0.1 and wait: 0, or the first failure's 1 (2: bad input)."""
-    cluster = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
+    with contextlib.ExitStack() as stack:  # free ports, each held until all are chosen
+        held = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(count)]
+        cluster = ",".join(f"127.0.0.1:{sock.getsockname()[1]}" for sock in held)
     env = dict(os.environ, GPUBENCH_RUN_ID=results.current_run_id(), **(env or {}),
                **{rules.LAUNCHER_ENV: str(os.getpid())})
-    workers: list[_Worker] = []
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt
-    try:
+    workers: list[subprocess.Popen] = []
+    with contextlib.ExitStack() as stack:  # however it ends (Ctrl-C too): every worker stopped
         for index in range(count):
             cmd = [sys.executable, "-m", "gpubench", "scaling", "--cluster", cluster,
                    "--index", str(index), "--out", str(out), *args]
-            workers.append(_Worker(index, subprocess.Popen(  # it ties itself (run_worker)
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            workers.append(stack.enter_context(subprocess.Popen(  # it ties itself to us
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0,
                 start_new_session=True, env=env)))
-            print(f"worker {index}: pid {workers[-1].proc.pid} on {cluster.split(',')[index]}",
+            stack.callback(_stop, workers[-1])  # before Popen's exit waits for it
+            print(f"worker {index}: pid {workers[-1].pid} on {cluster.split(',')[index]}",
                   flush=True)
         return _watch(workers, time.monotonic() + timeout)
-    except KeyboardInterrupt:
-        print("gpubench scaling: interrupted; stopping every worker", file=sys.stderr)
-        return 130
-    finally:
-        for w in workers:  # each leads its process group: its children go with it
-            if w.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(w.proc.pid, signal.SIGKILL)
-            w.proc.wait()
-            w.reader.join(timeout=2)
-        signal.signal(signal.SIGTERM, previous)
 
 
-def _watch(workers: list[_Worker], deadline: float) -> int:
-    while True:
-        codes = [w.proc.poll() for w in workers]
-        for w, code in zip(workers, codes, strict=True):
-            if code not in (None, 0):
-                w.reader.join(timeout=2)  # its last words
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-                print(f"gpubench scaling: worker {w.index} (pid {w.proc.pid}) {how}; its last "
-                      f"output line: {w.last_line or '(none)'}", file=sys.stderr, flush=True)
-                return 2 if code == 2 else 1
-        if all(code == 0 for code in codes):
-            return 0
-        if time.monotonic() > deadline:
-            print("gpubench scaling: the workers did not finish in time; stopping them",
-                  file=sys.stderr, flush=True)
-            return 1
-        time.sleep(0.1)
+def _stop(worker: subprocess.Popen) -> None:
+    if worker.poll() is None:  # it leads its process group: its children go with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+
+
+def _watch(workers: list[subprocess.Popen], deadline: float) -> int:
+    last = [""] * len(workers)
+    with selectors.DefaultSelector() as selector:
+        for index, worker in enumerate(workers):
+            selector.register(worker.stdout, selectors.EVENT_READ, index)
+        while selector.get_map():
+            if time.monotonic() > deadline:
+                print("gpubench scaling: the workers did not finish in time; stopping them",
+                      file=sys.stderr, flush=True)
+                return 1
+            for key, _ in selector.select(timeout=1):
+                index, line = key.data, key.fileobj.readline().decode(errors="replace")
+                if line:  # unbuffered: each readline reads one line, and no more
+                    last[index] = line.strip() or last[index]
+                    print(f"[worker {index}] {line}", end="", flush=True)
+                    continue
+                selector.unregister(key.fileobj)
+                if code := workers[index].wait():
+                    how = (f"was killed by signal {-code}" if code < 0
+                           else f"exited with code {code}")
+                    print(f"gpubench scaling: worker {index} (pid {workers[index].pid}) {how}; "
+                          f"its last output line: {last[index] or '(none)'}", file=sys.stderr,
+                          flush=True)
+                    return 2 if code == 2 else 1
+    return 0
 
 
 def in_processes(devices: list[str], data, settings: dict) -> dict:
@@ -237,8 +285,6 @@ def in_processes(devices: list[str], data, settings: dict) -> dict:
             data.x_train), "data_dir": data.origin if data.source == "dir" else None}
         code = launch(len(devices), Path(tmp), env={
             rules.PARAMS_ENV: json.dumps(settings | loaded | {"devices": devices})})
-        if code == 130:
-            raise KeyboardInterrupt
         if code:
             raise RuntimeError(f"the {len(devices)} worker process(es) on {', '.join(devices)} "
                                "failed; their output is above")
@@ -247,12 +293,12 @@ def in_processes(devices: list[str], data, settings: dict) -> dict:
 
 def cli_main(args) -> int:
     """`gpubench scaling`: local workers, or this machine's part of a cluster."""
+    out = Path(args.out or results.runs_dir() / f"scaling-{results.current_run_id()}")
     if args.replicas is not None:
         positive_int("--replicas", args.replicas)
     if args.local_workers is not None:
         positive_int("--local-workers", args.local_workers)
-        cli_params(args.profile)  # bad profile or parameters: fail before any worker starts
-        out = Path(args.out or default_out())
+        check_scaling(resolve_params(rules.NOTEBOOK, profile=args.profile)[0])  # before workers
         with contextlib.ExitStack() as stack:
             rundir.lock_run_dir(out, stack)
             options = ["--profile", args.profile] if args.profile else []
@@ -260,6 +306,5 @@ def cli_main(args) -> int:
             return launch(args.local_workers, out, options)
     if args.index is None:
         raise ValueError("--cluster needs --index, this machine's position in the list (0 first)")
-    cluster = rules.parse_cluster(args.cluster)
-    index = rules.check_index(args.index, len(cluster))
-    return run_worker(cluster, index, profile=args.profile, out=args.out, replicas=args.replicas)
+    return run_worker(rules.parse_cluster(args.cluster, args.index), args.index, out,
+                      profile=args.profile, replicas=args.replicas)

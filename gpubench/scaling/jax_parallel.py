@@ -1,6 +1,5 @@
-"""Data parallelism on JAX: `keras.distribution.DataParallel`, trained by Keras's own `fit`; across
-processes after `keras.distribution.initialize` (jax.distributed, process 0 the coordinator; gloo
-between CPUs, NCCL between GPUs), each process giving `fit` its share of the data."""
+"""Data parallelism on JAX: `keras.distribution.DataParallel` and Keras's own `fit`; across
+processes, jax.distributed (process 0 the coordinator; gloo between CPUs, NCCL between GPUs)."""
 
 from __future__ import annotations
 
@@ -9,46 +8,37 @@ from collections.abc import Sequence
 
 from gpubench import backends
 from gpubench.backends import jax as _backend
+from gpubench.scaling.rules import fields
 
 STRATEGY = "data_parallel"
 JIT_COMPILE = True  # Keras's fit compiles the step on JAX
 INPUT_PIPELINE = "arrays"
 PROCESSES = False
 EVERY_WORKER_LISTENS = False  # worker 0, the coordinator, alone
-_virtual: int | None = None  # the CPU devices split_cpu asked for
 
 
-def split_cpu(count: int) -> None:
-    """Split the CPU into `count` JAX devices; must run before JAX sets up its devices."""
-    global _virtual
+def split_cpu(count: int | None) -> int:
+    """Split the CPU into `count` devices (None: leave it, or XLA_FLAGS's); how many there are."""
     jax = _backend.module()  # not started yet
     try:
-        jax.config.update("jax_num_cpu_devices", count)
+        if count:
+            jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
         if len(jax.devices("cpu")) < count:
-            raise RuntimeError(
-                f"virtual_devices={count}: JAX has already set up its devices in this process "
-                f"({len(jax.devices('cpu'))} CPU device(s)); restart the kernel and call "
-                f"gb.scaling.split_cpu({count}) before anything runs on JAX") from None
-    _virtual = count
+            raise
+    return count or len(jax.devices("cpu"))
 
 
-def cpu_count() -> int:
-    """How many CPU devices JAX has (the split asked for, else all it was started with)."""
-    return _virtual or len(_backend.jax().devices("cpu"))
-
-
-def _fields(found, engine: str, collective: str | None) -> dict:
-    devices = found.device_mesh.devices.size
-    over = "NCCL" if "gpu" in str(found.device_mesh.devices.flat[0]) else collective or "host"
-    return {"strategy": STRATEGY, "engine": engine, "collective": collective, "replicas": devices,
-            "all_reduce": f"XLA all-reduce ({over})" if devices > 1 else "none (one replica)"}
+def _fields(found, engine: str, collective: str | None):
+    mesh = found.device_mesh.devices
+    over = "NCCL" if "gpu" in str(mesh.flat[0]) else collective or "host"
+    return found, fields(STRATEGY, engine, collective, mesh.size, f"XLA all-reduce ({over})")
 
 
 def strategy(devices: Sequence[str]):
     """(DataParallel over the canonical `devices` of this process, its fields)."""
     found = backends.keras().distribution.DataParallel(devices=list(devices))
-    return found, _fields(found, "keras.distribution", None)
+    return _fields(found, "keras.distribution", None)
 
 
 def join(cluster: Sequence[str], index: int, replicas: int | None, device: str | None = None):
@@ -64,9 +54,9 @@ def join(cluster: Sequence[str], index: int, replicas: int | None, device: str |
     if len(jax.local_devices()) < (replicas or 1):
         raise ValueError(f"--replicas {replicas} is more than the {len(jax.local_devices())} "
                          "device(s) of this worker")
-    found = keras.distribution.DataParallel(auto_shard_dataset=False)
     gpu = jax.devices()[0].platform == "gpu"
-    return found, _fields(found, "jax.distributed", "nccl" if gpu else "gloo")
+    return _fields(keras.distribution.DataParallel(auto_shard_dataset=False), "jax.distributed",
+                   "nccl" if gpu else "gloo")
 
 
 def all_reduce(found, values):
@@ -87,35 +77,25 @@ def leave(found) -> None:
     _backend.module().distributed.shutdown()
 
 
-def distributed_input(found, x, y, batch: int, *, seed: int = 0, shuffle: bool = True):
-    """This process's share of `x`, `y` and of a batch; a seeded order generator (or None)."""
+def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
+               shuffle: bool = True):
+    """A function that runs an epoch of `fit` over this process's share, waits for the updates
+    and returns the summed loss of the steps."""
     import numpy as np  # noqa: PLC0415
 
     rank, count = _backend.jax().process_index(), _backend.jax().process_count()
-    mine = slice(rank * (len(x) // count), (rank + 1) * (len(x) // count))
-    return x[mine], y[mine], batch // count, np.random.default_rng(seed) if shuffle else None
+    mine, batch = slice(rank * (len(x) // count), (rank + 1) * (len(x) // count)), batch // count
+    x, y, order = x[mine], y[mine], np.random.default_rng(seed) if shuffle else None
+    splits = [[steps // 2 * batch]]  # epoch 1 in two calls: Keras compiles again on the second
 
+    def epoch() -> float:
+        total, shuffled = 0.0, order.permutation(len(x)) if order else np.arange(len(x))
+        with found.scope():
+            for part in np.split(shuffled, splits.pop() if splits else []):
+                if len(part):  # (it resets the metrics)
+                    fitted = model.fit(x[part], y[part], batch_size=batch, shuffle=False, verbose=0)
+                    total += fitted.history["loss"][0] * (len(part) // batch)
+        _backend.sync(list(model.variables))
+        return total
 
-def make_step(found, model, batch: int):
-    """Keras's own compiled step, which `fit` runs in the distribution `found`."""
-    return [found, model, True]  # True: the first epoch is still to come
-
-
-def run_epoch(step, data, steps: int) -> float:
-    """An epoch of `fit` over this process's share in a new order; the summed loss of its steps."""
-    import numpy as np  # noqa: PLC0415
-
-    (found, model, first), (x, y, batch, order) = step, data
-    order = order.permutation(len(x)) if order is not None else np.arange(len(x))
-    step[2], total = False, 0.0
-    with found.scope():  # epoch 1 in two calls: Keras compiles again on the second (it resets
-        for part in np.split(order, [steps // 2 * batch] if first else []):  # the metrics)
-            if len(part):
-                fitted = model.fit(x[part], y[part], batch_size=batch, shuffle=False, verbose=0)
-                total += fitted.history["loss"][0] * (len(part) // batch)
-    return total
-
-
-def sync(model) -> None:
-    """Wait until the epoch's updates are computed: block on the model's variables."""
-    _backend.sync(list(model.variables))
+    return epoch

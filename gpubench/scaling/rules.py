@@ -12,7 +12,6 @@ from gpubench import backends
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
-PARALLEL_BACKENDS = ("tensorflow", "jax", "torch")  # gpubench/scaling/<backend>_parallel.py
 LAUNCHER_ENV = "GPUBENCH_SCALING_LAUNCHER"  # the PID a worker dies with; it holds the lock
 PARAMS_ENV = "GPUBENCH_SCALING_PARAMS"  # JSON: the workers' parameters over the profile's
 CONNECT_TIMEOUT_ENV = "GPUBENCH_SCALING_CONNECT_TIMEOUT"  # seconds a worker waits for worker 0
@@ -30,20 +29,14 @@ def include_in_run(env_is_gpu: bool, gpu_count: int, profile: str,
     return None
 
 
-def backend_refusal(backend: str) -> str | None:
-    """Why the chapter cannot run on `backend`; None where it can (every backend gpubench has)."""
-    if backend not in PARALLEL_BACKENDS:
-        return f"{NOTEBOOK} cannot run on {backend}; use one of {', '.join(PARALLEL_BACKENDS)}"
-    return None
-
-
 def parallel() -> ModuleType:
     """The backend's data-parallel module, gpubench/scaling/<backend>_parallel.py."""
     return importlib.import_module(f"gpubench.scaling.{backends.requested()}_parallel")
 
 
-def parse_cluster(text: str) -> list[str]:
-    """"host:port,host:port,..." -> the list of addresses; a ValueError names a malformed one."""
+def parse_cluster(text: str, index: int = 0) -> list[str]:
+    """"host:port,host:port,..." -> the list of addresses, of which `index` is this worker's; a
+    ValueError names a malformed entry, or an index out of range."""
     entries = [part.strip() for part in str(text).split(",")]
     for entry in entries:
         match = _HOST_PORT.match(entry)
@@ -52,15 +45,10 @@ def parse_cluster(text: str) -> list[str]:
                              "pairs separated by commas, e.g. 10.0.0.1:12345,10.0.0.2:12345")
     if len(set(entries)) != len(entries):
         raise ValueError(f"--cluster {text!r} names an address twice; give each worker once")
+    if not 0 <= index < len(entries):
+        raise ValueError(f"--index {index!r} is out of range for a cluster of {len(entries)} "
+                         f"worker(s); use 0 to {len(entries) - 1}")
     return entries
-
-
-def check_index(index: int, workers: int) -> int:
-    """This worker's index in a cluster of `workers`, or a ValueError naming it."""
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
-        raise ValueError(f"--index {index!r} is out of range for a cluster of {workers} "
-                         f"worker(s); use 0 to {workers - 1}")
-    return index
 
 
 def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tuple[int, int]:
@@ -73,6 +61,13 @@ def global_batch(scaling: str, per_replica_batch_size: int, replicas: int) -> tu
                          f"{replicas} replicas: less than one image each; use a larger "
                          "per_replica_batch_size or fewer replicas")
     return per_replica * replicas, per_replica
+
+
+def fields(strategy: str, engine: str, collective: str | None, replicas: int,
+           all_reduce: str) -> dict:
+    """A distribution's record fields; with one replica there is no all-reduce."""
+    return {"strategy": strategy, "engine": engine, "collective": collective, "replicas": replicas,
+            "all_reduce": all_reduce if replicas > 1 else "none (one replica)"}
 
 
 def canonical(device: str) -> str:

@@ -47,10 +47,11 @@ def declaration(notebook: str, values: dict) -> tuple[dict, int]:
     return (dict(params.declared(notebook)) if notebook in params.NOTEBOOKS else {}), 0
 
 
-def start(notebook: str, values: dict | None = None, **given) -> SimpleNamespace:
+def start(notebook: str, values: dict | None = None, rules=None, **given) -> SimpleNamespace:
     """The notebook's config: its parameters checked (from `values`, e.g. `globals()`; keywords
     win; one attribute each, and all as `params`), the profile applied, the results store open
-    (`recording`: store, env and notebook for a record); bad input fails first, in one line."""
+    (`recording`: store, env and notebook for a record); bad input fails first, in one line.
+    `rules`: the notebook's own rules over all its values (Speed_Factors', Multi_GPU_Scaling's)."""
     values = values or {}
     cell, since = declaration(notebook, values)
     cell = cell or {**dict.fromkeys(COMMON), **given}
@@ -58,8 +59,9 @@ def start(notebook: str, values: dict | None = None, **given) -> SimpleNamespace
                        how=f"passed to {notebook} (papermill -p)")
     store_rich_text_plain()
     given = {**{n: values[n] for n in cell if n in values}, **given}
-    chosen, changed = params.resolve(notebook, cell, **params.check_params(notebook, given, cell))
-    chosen = params.check_params(notebook, chosen, cell)  # GPUBENCH_* too
+    given = params.check_params(notebook, given, cell, rules)
+    chosen, changed = params.resolve(notebook, cell, **given)
+    chosen = params.check_params(notebook, chosen, cell, rules)  # GPUBENCH_* too
     names = chosen.get("devices")
     if names is None and "sizes" in chosen:  # a matmul sweep: every device, GPUs first
         names = devices.gpus_first()

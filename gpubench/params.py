@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,31 +190,6 @@ CHECKS = {"device": check_device, "profile": resolve_profile,
 RULED = (*LIMITS, *LISTS_OF, *CHOICES, "devices", *CHECKS, *TEXT, *FOLDERS)  # names with a rule
 
 
-def check_speed_factors(params: dict) -> dict:
-    """Speed_Factors' own rules: its two models, two rounds or more, XLA off or on."""
-    if params.get("model") not in (models := TABLES["speed_factors_models"]):
-        raise ParameterError(f"model {params.get('model')!r} is not one Speed_Factors trains; "
-                             f"use one of {', '.join(models)}")
-    positive_int("epochs", params.get("epochs"), minimum=2)
-    if "auto" in (params.get("xla_modes") or ()):
-        raise ParameterError("xla_modes: 'auto' lets Keras choose, which differs by device; "
-                             "list the modes to compare: off, on")
-    return params
-
-
-def check_scaling(params: dict) -> dict:
-    """Multi_GPU_Scaling's parameters checked together; `devices`, `replicas` become lists."""
-    for name in ("model", "scaling"):
-        one_of(name, params.get(name), name)
-    for name in ("per_replica_batch_size", "epochs"):
-        positive_int(name, params.get(name), maximum=LIMITS[name])
-    return {**params, **{name: check_value(name, params.get(name), virtual_cpus=True) for name in
-                         ("devices", "replicas", "max_train_samples", "virtual_devices")}}
-
-
-OWN_RULES = {"Speed_Factors": check_speed_factors, "Multi_GPU_Scaling": check_scaling}
-
-
 def notebooks_dir() -> Path:
     """The source notebooks: this checkout's notebooks/, else those a wheel installed."""
     root = machine.checkout()
@@ -284,16 +260,17 @@ def check_names(notebook: str, given: dict | list, cell: dict, how: str = "") ->
                              f"{', '.join(COMMON)}, which `gpubench run` sets itself)")
 
 
-def check_params(notebook: str, given: dict, declared: dict | None = None) -> dict:
+def check_params(notebook: str, given: dict, declared: dict | None = None,
+                 rules: Callable[[dict], dict] | None = None) -> dict:
     """`given` checked: names against `declared` (None: the book notebook's cell), values by
-    their rules, then the notebook's own rules; returned checked."""
+    their rules, then `rules`, the notebook's own (Speed_Factors' and Multi_GPU_Scaling's give
+    theirs: gpubench.factors.rules and gpubench.scaling.rules `check_parameters`)."""
     cell = _cell(notebook, declared)
     check_names(notebook, given, cell)
     cpus = "virtual_devices" in cell  # devices "cpu:N" name virtual CPUs
     checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
-    if notebook in OWN_RULES:
-        merged = OWN_RULES[notebook]({**cell, **{k: v for k, v in checked.items()
-                                                 if v is not None}})
+    if rules is not None:
+        merged = rules({**cell, **{k: v for k, v in checked.items() if v is not None}})
         checked = {k: None if v is None else merged.get(k, v) for k, v in checked.items()}
     model = checked.get("model") or TRAINING_NOTEBOOKS.get(notebook) or cell.get("model")
     dataset = checked.get("dataset")
@@ -302,22 +279,6 @@ def check_params(notebook: str, given: dict, declared: dict | None = None) -> di
         raise ParameterError(f"dataset {dataset!r} does not fit {model} ({notebook}): its images "
                              f"are not the shape the model takes; use {fits}")
     return checked
-
-
-def check_for_backend(notebook: str, params: dict, backend: str,
-                      tensorflow_importable: bool) -> dict:
-    """`params` unchanged if `backend` can run them, else raise naming the value and the fix."""
-    steps = params.get("steps_per_execution")
-    if backend == "torch" and set(steps if isinstance(steps, list) else [steps]) - {None, 1}:
-        raise ParameterError(
-            f"{notebook}: steps_per_execution={steps!r}: Keras's PyTorch trainer runs one step per "
-            "call; use steps_per_execution=1 (or leave it out) in a torch env")
-    if "tf.data" in (params.get("input_pipelines") or []) and not tensorflow_importable:
-        raise ParameterError(
-            f"{notebook}: input_pipelines includes 'tf.data', but TensorFlow cannot be imported "
-            f"in this {backend} env; drop it (e.g. -p input_pipelines=arrays,on_device) or "
-            "`pip install tensorflow-cpu` into that env")
-    return params
 
 
 def resolve(notebook: str, cell: dict | None = None, /, **given) -> tuple[dict, dict]:

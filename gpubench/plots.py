@@ -95,18 +95,6 @@ def axes(ax, figsize: tuple[float, float]):
     return ax if ax is not None else figure(None, figsize).subplots()
 
 
-def new_figure():
-    """A new Figure of the report's own, outside pyplot."""
-    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib only when drawing
-
-    return Figure()
-
-
-def new_axes(figsize: tuple[float, float] = (8, 5)):
-    """Axes on a new Figure of the report's own, outside pyplot."""
-    return figure(new_figure(), figsize).subplots()
-
-
 def size_axis(ax, **labels):
     """Label a chart against matrix size, with grid and legend (when a line has a label)."""
     ax.set(xlabel="matrix size n (n x n)", **labels)

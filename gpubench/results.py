@@ -3,18 +3,16 @@ snapshot, and the JSON Lines store: one line per measurement, synced to disk whe
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import functools
-import itertools
 import json
 import math
 import os
 import uuid
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from gpubench import backends, machine, schema
 
@@ -32,9 +30,6 @@ FIELDS = {benchmark: tuple(schema.declared(RECORD, RECORD, {"benchmark": benchma
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
                 errno.EDQUOT: "the disk quota is used up", errno.EACCES: "permission denied",
                 errno.EISDIR: "it is a directory"}
-BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
-NAMED_UNREADABLE = 5  # unreadable lines named one by one (file:line); the rest are counted
-MAX_LINE_BYTES = 16 * 2**20  # far above any record; a longer line is read past, never kept
 PEAK_METHOD = "peak"  # the method of the matmul probe that every "% of peak" divides by
 
 
@@ -115,9 +110,11 @@ def validate(record: Any) -> None:
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
     if not checker().valid(record):
-        problem = schema.explain(RECORD, next(checker().errors(record)))
+        from gpubench import schema_words  # noqa: PLC0415 - its words only where a record fails
+
+        problem = schema_words.explain(RECORD, next(checker().errors(record)))
         kind = record.get("benchmark") if record.get("benchmark") in BENCHMARKS else "record"
-        raise ValueError(f"{kind} field {problem.field!r} is {schema.shown(problem.value)}; "
+        raise ValueError(f"{kind} field {problem.field!r} is {schema_words.shown(problem.value)}; "
                          f"expected {problem.wants}")
 
 
@@ -162,8 +159,13 @@ class ResultsStore:
         return record
 
     def read(self) -> list[dict]:
-        """All records in the store, in the order they were written."""
-        return read_records(self.path)
+        """The store's records in the order written; a line that is no valid record is left out
+        (`gpubench report` names such lines)."""
+        found = []
+        for line in self.path.read_bytes().splitlines():
+            with contextlib.suppress(ValueError):
+                found.append(parse_line(line))
+        return found
 
 
 def _json_number(text: str) -> float | None:
@@ -195,66 +197,6 @@ def parse_line(line: str | bytes) -> dict:
                              " update gpubench to read it")
     validate(record)
     return record
-
-
-def skipped(message: str, problems: list[str] | None = None) -> None:
-    """Warn that a line or record is left out (`message`: where and why); add it to `problems`."""
-    warnings.warn(message, stacklevel=3)
-    if problems is not None:
-        problems.append(message)
-
-
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
-    for number in itertools.count(1):  # one line in memory at a time; None for a long one
-        if not (line := handle.readline(MAX_LINE_BYTES + 1)):
-            return
-        if len(line) > MAX_LINE_BYTES:
-            while line and not line.endswith(b"\n"):  # read past the rest, in chunks
-                line = handle.readline(2**20)
-            yield number, None
-        elif line.strip():
-            yield number, line.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
-
-
-def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
-                 origin: bool = False) -> list[dict]:
-    """The records of `iter_records`, as a list."""
-    return list(iter_records(path, problems, origin=origin))
-
-
-def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
-                 origin: bool = False) -> Iterator[dict]:
-    """Records of a results.jsonl (or RUN_DIR's) as the file is read; a line that is not UTF-8,
-    JSON or a valid record is skipped, the first NAMED_UNREADABLE named in a warning (and in
-    `problems`), the rest counted. `origin` adds "_origin": "FILE:LINE" to each record."""
-    path = Path(path) / RESULTS_FILE if Path(path).is_dir() else Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
-    unreadable, last, environment = 0, 0, None
-    try:
-        with path.open("rb") as handle:
-            for number, line in _lines(handle):
-                try:
-                    if line is None:
-                        raise ValueError(f"a line longer than {MAX_LINE_BYTES:,} bytes, not a "
-                                         "record gpubench writes")
-                    record = parse_line(line)
-                except ValueError as exc:
-                    unreadable, last = unreadable + 1, number
-                    if unreadable <= NAMED_UNREADABLE:
-                        skipped(f"{path}:{number}: skipped: {str(exc)[:200]}", problems)
-                    continue
-                if record["environment"] == environment:  # one copy of a run's environment
-                    record["environment"] = environment
-                environment = record["environment"]
-                yield record | ({"_origin": f"{path}:{number}"} if origin else {})
-    except OSError as exc:
-        raise ResultsPathError(f"cannot read results from {str(path)!r}: {write_problem(exc)}"
-                               ) from None
-    if unreadable > NAMED_UNREADABLE:
-        skipped(f"{path}: skipped {unreadable} unreadable lines in all: "
-                f"{unreadable - NAMED_UNREADABLE} more after the {NAMED_UNREADABLE} named, the "
-                f"last at line {last}", problems)
 
 
 def environment_snapshot(fresh: bool = False) -> dict:

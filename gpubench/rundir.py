@@ -5,6 +5,7 @@ what dead processes left there: their temp files and their kernels' connection f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shlex
@@ -13,8 +14,10 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 try:
     import fcntl
@@ -163,3 +166,70 @@ def die_with_parent() -> Callable[[], None] | None:
         return None
     parent, prctl = os.getpid(), _pdeathsig()
     return lambda: tie_to_parent(parent, prctl)
+
+
+# ---------------------------------------------------------------- reading results.jsonl
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
+NAMED_UNREADABLE = 5  # unreadable lines named one by one (file:line); the rest are counted
+MAX_LINE_BYTES = 16 * 2**20  # far above any record; a longer line is read past, never kept
+
+
+def skipped(message: str, problems: list[str] | None = None) -> None:
+    """Warn that a line or record is left out (`message`: where and why); add it to `problems`."""
+    warnings.warn(message, stacklevel=3)
+    if problems is not None:
+        problems.append(message)
+
+
+def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    for number in itertools.count(1):  # one line in memory at a time; None for a long one
+        if not (line := handle.readline(MAX_LINE_BYTES + 1)):
+            return
+        if len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):  # read past the rest, in chunks
+                line = handle.readline(2**20)
+            yield number, None
+        elif line.strip():
+            yield number, line.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
+
+
+def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 origin: bool = False) -> list[dict]:
+    """The records of `iter_records`, as a list."""
+    return list(iter_records(path, problems, origin=origin))
+
+
+def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 origin: bool = False) -> Iterator[dict]:
+    """Records of a results.jsonl (or RUN_DIR's) as the file is read; a line that is not UTF-8,
+    JSON or a valid record is skipped, the first NAMED_UNREADABLE named in a warning (and in
+    `problems`), the rest counted. `origin` adds "_origin": "FILE:LINE" to each record."""
+    path = Path(path) / results.RESULTS_FILE if Path(path).is_dir() else Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
+    unreadable, last, environment = 0, 0, None
+    try:
+        with path.open("rb") as handle:
+            for number, line in _lines(handle):
+                try:
+                    if line is None:
+                        raise ValueError(f"a line longer than {MAX_LINE_BYTES:,} bytes, not a "
+                                         "record gpubench writes")
+                    record = results.parse_line(line)
+                except ValueError as exc:
+                    unreadable, last = unreadable + 1, number
+                    if unreadable <= NAMED_UNREADABLE:
+                        skipped(f"{path}:{number}: skipped: {str(exc)[:200]}", problems)
+                    continue
+                if record["environment"] == environment:  # one copy of a run's environment
+                    record["environment"] = environment
+                environment = record["environment"]
+                yield record | ({"_origin": f"{path}:{number}"} if origin else {})
+    except OSError as exc:
+        raise results.ResultsPathError(f"cannot read results from {str(path)!r}: "
+                                       f"{results.write_problem(exc)}") from None
+    if unreadable > NAMED_UNREADABLE:
+        skipped(f"{path}: skipped {unreadable} unreadable lines in all: "
+                f"{unreadable - NAMED_UNREADABLE} more after the {NAMED_UNREADABLE} named, the "
+                f"last at line {last}", problems)

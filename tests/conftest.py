@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from gpubench import envs, params
+from gpubench import envs, params, rundir
 
 envs.use_checkout_kernels()  # as `make test` does: this checkout's kernels first
 
@@ -165,14 +165,13 @@ def nbval_run(tmp_path_factory, cpu_kernel) -> NbvalRun:
     """Every notebook executed once, by nbval (lax, quick profile, synthetic data) in the
     reading order, Compare_CPU_GPU last, reporting on the records the chapters before it
     wrote; the chapters' tests read its records and outputs."""
-    from gpubench import results
 
     folder = tmp_path_factory.mktemp("nbval")
     order = [NOTEBOOKS / f"{name}.ipynb" for name in READING_ORDER]
     proc = run_nbval(folder, *order, run_dirs=folder, keep=folder / "executed")
     path = folder / "results.jsonl"
     return NbvalRun(proc=proc, folder=folder,
-                    records=results.read_records(path) if path.exists() else [])
+                    records=rundir.read_records(path) if path.exists() else [])
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import PYTHON, REPO, chapter_fit, python_env
 from gpubench import backends, devices, matmul, results, timing, training
+from gpubench.factors import rules as factor_rules
 
 H200 = "echo 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'"
 FRAMEWORKS = ("tensorflow", "jax", "jaxlib", "torch")
@@ -480,7 +481,6 @@ def test_the_backends_section_puts_tensorflow_jax_and_pytorch_side_by_side(tmp_p
 
 
 def test_what_torch_cannot_run_is_left_out_with_a_note_or_refused_by_name():
-    from gpubench import params
     from gpubench.factors import rules
 
     values = {"xla": ["off", "on"], "steps_per_execution": [1, 10], "input_pipeline": ["arrays"]}
@@ -490,8 +490,8 @@ def test_what_torch_cannot_run_is_left_out_with_a_note_or_refused_by_name():
     assert rules.for_backend(values, "tensorflow", tf_data=True)[0] == values
     with pytest.raises(ValueError, match=r"steps_per_execution=\[1, 10\]: .*use "
                                          "steps_per_execution=1"):
-        params.check_for_backend("Speed_Factors", {"steps_per_execution": [1, 10]}, "torch", False)
-    assert params.check_for_backend("Speed_Factors", {"steps_per_execution": [1]}, "torch", False)
+        factor_rules.check_for_backend("Speed_Factors", {"steps_per_execution": [1, 10]}, "torch", False)
+    assert factor_rules.check_for_backend("Speed_Factors", {"steps_per_execution": [1]}, "torch", False)
     for name in backends.SUPPORTED:  # Multi_GPU_Scaling runs on each, torch.distributed too
         assert importlib.util.find_spec(f"gpubench.scaling.{name}_parallel") is not None, name
     with pytest.raises(backends.BackendError, match="numpy cannot train"):

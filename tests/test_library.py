@@ -44,8 +44,10 @@ def check_output(printed: str, tmp_path) -> None:
     """What the examples must have done: timed a product, recorded a train record, reported it."""
     assert re.search(r"^cpu: \d+ µs a product \([\d.]+ GFLOP/s, blocks of \d+", printed, re.M)
     assert "tiny_mlp on cpu" in printed and "SYNTHETIC DATA" in printed
-    (record,) = (r for r in __import__("gpubench.results").results.read_records(
-        tmp_path / "runs" / "mine") if r["benchmark"] == "train")
+    from gpubench import rundir
+
+    (record,) = (r for r in rundir.read_records(tmp_path / "runs" / "mine")
+                 if r["benchmark"] == "train")
     assert (record["model"], record["status"], record["epochs"]) == ("tiny_mlp", "ok", 2)
     report = (tmp_path / "runs" / "mine" / "report.md").read_text(encoding="utf-8")
     assert "tiny_mlp" in report

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from gpubench import backends, chapter, devices, matmul, peaks, plots, results, timing
+from gpubench import backends, chapter, devices, matmul, peaks, plots, results, rundir, timing
+from gpubench.report import format as report_format
 
 
 def test_book_method_record(tmp_path):
@@ -380,7 +381,7 @@ def test_the_converted_reference_keeps_call_latency_apart_from_product_time():
     keeps the book's figure as it was."""
     from conftest import REPO
 
-    matmul_ = [r for r in results.read_records(REPO / "reference" / "h200-jax")
+    matmul_ = [r for r in rundir.read_records(REPO / "reference" / "h200-jax")
                if r["benchmark"] == "matmul"]
     rigorous = [r for r in matmul_ if r["method"] == "rigorous"]
     book = [r for r in matmul_ if r["method"] == "book"]
@@ -511,12 +512,12 @@ def test_charts_mark_noisy_points_and_name_the_books_lines():
     records = [matmul_record(n, noisy=n == 1000, call_seconds=2e-3) for n in (500, 1000)]
     records += [matmul_record(n, method="book", seconds=0.1, warm_seconds=0.05)
                 for n in (500, 1000)]
-    ax = plots.plot(records, "seconds", plots.new_axes(), book=False)
+    ax = plots.plot(records, "seconds", report_format.new_axes(), book=False)
     labels = ax.get_legend_handles_labels()[1]
     assert plots.NOISY in labels and labels.count(plots.NOISY) == 1
     hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     assert [list(line.get_xdata()) for line in hollow] == [[1000], [1000]]  # product and call
-    book = plots.plot_book(records, plots.new_axes())
+    book = plots.plot_book(records, report_format.new_axes())
     text = " ".join(book.get_legend_handles_labels()[1])
     assert "GeForce GT 720, one run each, set-up included" in text and "its CPU" in text
     assert "compiling each new shape is inside this one timing" in text

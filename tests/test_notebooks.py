@@ -16,6 +16,7 @@ import pytest
 
 from conftest import NOTEBOOKS, READING_ORDER, REPO, run_nbval
 from gpubench import chapter, factors, params, results
+from gpubench.scaling import rules as scaling_rules
 
 ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 MACHINE_PATHS = {str(REPO), tempfile.gettempdir() + os.sep, *([str(Path.home())] if len(Path.home().parts) > 1 else [])}
@@ -167,12 +168,13 @@ def test_check_params_names_the_bad_value(name, given, message):
 def test_only_multi_gpu_scaling_takes_virtual_cpu_devices():
     """virtual_devices=N splits the CPU into cpu:0..cpu:N-1; elsewhere there is one CPU."""
     given = {"devices": "cpu:0,cpu:1", "virtual_devices": 2}
-    assert params.check_params("Multi_GPU_Scaling", given) == {"devices": ["cpu:0", "cpu:1"],
-                                                                 "virtual_devices": 2}
+    own = scaling_rules.check_parameters
+    assert params.check_params("Multi_GPU_Scaling", given, rules=own) == {
+        "devices": ["cpu:0", "cpu:1"], "virtual_devices": 2}
     with pytest.raises(ValueError, match=r"'cpu:1'.*one CPU device.*virtual_devices"):
         params.check_params("performanceTest", {"devices": "cpu,cpu:1"})
     with pytest.raises(ValueError, match=r"unknown device 'cpu:x'"):
-        params.check_params("Multi_GPU_Scaling", {"devices": "cpu:x"})
+        params.check_params("Multi_GPU_Scaling", {"devices": "cpu:x"}, rules=own)
 
 
 def test_check_params_loads_no_tensorflow():

@@ -12,7 +12,9 @@ import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
 from gpubench import chapter, devices, params
+from gpubench.factors import rules as factor_rules
 from gpubench.params import ParameterError
+from gpubench.scaling import rules as scaling_rules
 
 
 @pytest.fixture(autouse=True)
@@ -103,21 +105,23 @@ def test_true_float32_refuses_anything_else_by_name(given):
 ])
 def test_speed_factors_rules_apply_to_the_given_values(given, message):
     with pytest.raises(ParameterError, match=message):
-        params.check_params("Speed_Factors", given)
+        params.check_params("Speed_Factors", given, rules=factor_rules.check_parameters)
 
 
 def test_scaling_rules_and_lists():
-    checked = params.check_params("Multi_GPU_Scaling", {"replicas": "1,2", "scaling": "strong"})
+    own = scaling_rules.check_parameters  # the chapter gives its own rules to start
+    checked = params.check_params("Multi_GPU_Scaling", {"replicas": "1,2", "scaling": "strong"},
+                                  rules=own)
     assert checked == {"replicas": [1, 2], "scaling": "strong"}
     with pytest.raises(ParameterError, match="linear"):
-        params.check_params("Multi_GPU_Scaling", {"scaling": "linear"})
+        params.check_params("Multi_GPU_Scaling", {"scaling": "linear"}, rules=own)
 
 
 def test_check_for_backend_refuses_tf_data_without_tensorflow():
     given = {"input_pipelines": ["arrays", "tf.data"]}
-    assert params.check_for_backend("Speed_Factors", given, "tensorflow", True) is given
+    assert factor_rules.check_for_backend("Speed_Factors", given, "tensorflow", True) is given
     with pytest.raises(ParameterError, match="tf.data.*jax env"):
-        params.check_for_backend("Speed_Factors", given, "jax", False)
+        factor_rules.check_for_backend("Speed_Factors", given, "jax", False)
 
 
 # ---- profiles and environment variables

@@ -14,7 +14,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from conftest import REPO
-from gpubench import fmt, machine, plots, report, results
+from gpubench import fmt, machine, plots, report, results, rundir
 
 
 def _env(host: str = "vm", backend: str = "tensorflow") -> dict:
@@ -657,7 +657,7 @@ def test_a_record_not_ok_keeps_its_row_whatever_its_measurements_say(tmp_path):
 def test_non_utf8_bytes_and_a_bom_cost_one_line_not_the_report(tmp_path):
     good = [json.dumps(train("cpu", 100.0)).encode(), json.dumps(train("gpu", 50.0)).encode()]
     (tmp_path / "results.jsonl").write_bytes(
-        results.BOM + good[0] + b"\n" + b'{"schema": 3, "env": "\xd4\xff"}\n' + good[1] + b"\n")
+        rundir.BOM + good[0] + b"\n" + b'{"schema": 3, "env": "\xd4\xff"}\n' + good[1] + b"\n")
     with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not UTF-8 text \(byte 0xd4"):
         text = build_text(tmp_path)
     assert [row[1] for row in table_rows(text, "MNIST MLP h1000")] == ["vm · cpu", "vm · gpu"]
@@ -911,7 +911,7 @@ def test_records_the_checks_refuse_are_named_five_times_then_counted_once(tmp_pa
         text = build_text(_lines_with(tmp_path, [good, *bad]))
     said = [str(w.message) for w in seen if "skipped" in str(w.message)
             or "left out" in str(w.message)]
-    assert len(said) == results.NAMED_UNREADABLE + 1, said
+    assert len(said) == rundir.NAMED_UNREADABLE + 1, said
     assert [s.split(": skipped")[0].rsplit(":", 1)[1] for s in said[:-1]] == ["2", "3", "4", "5",
                                                                               "6"]
     assert said[-1].startswith("40 records or fields in all left out by the report's checks: "

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from conftest import REPO
-from gpubench import report, results
+from gpubench import report, results, rundir
 from gpubench.report import format as report_format
 from gpubench.report import inputs
 
@@ -40,9 +40,9 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path, li
     tmp = tmp_path_factory.mktemp("many")
     dirs = _copies(tmp, DIRS)
     read: list[Path] = []
-    real = results.iter_records
+    real = rundir.iter_records
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(results, "iter_records",
+        mp.setattr(rundir, "iter_records",
                    lambda path, *a, **k: read.append(Path(path)) or real(path, *a, **k))
         built = report.build(dirs, tmp / "out")
     return dirs, built, read

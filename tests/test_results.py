@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import PYTHON, REPO
-from gpubench import results
+from gpubench import results, rundir
 
 
 def _record(**fields):
@@ -61,7 +61,7 @@ os._exit(9)  # no clean-up, no buffers flushed at exit
 """
     out = subprocess.run([PYTHON, "-c", script], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 9, out.stderr
-    assert [r["size"] for r in results.read_records(path)] == [1, 2, 3]
+    assert [r["size"] for r in rundir.read_records(path)] == [1, 2, 3]
 
 
 def _lines(path):
@@ -77,7 +77,7 @@ def test_append_ends_a_cut_off_last_line_first(tmp_path):
     lines = _lines(path)
     assert lines[1] == good[:40] and json.loads(lines[2])["size"] == 20
     with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not a JSON record"):
-        assert [r["size"] for r in results.read_records(tmp_path)] == [10, 20]
+        assert [r["size"] for r in rundir.read_records(tmp_path)] == [10, 20]
 
 
 def test_a_full_disk_midway_names_the_path_and_the_next_append_repairs(tmp_path, monkeypatch):
@@ -98,7 +98,7 @@ def test_a_full_disk_midway_names_the_path_and_the_next_append_repairs(tmp_path,
     store.append(_record(size=3))
     problems = []
     with pytest.warns(UserWarning, match=":2: skipped"):
-        records = results.read_records(path, problems)
+        records = rundir.read_records(path, problems)
     assert [r["size"] for r in records] == [1, 3]
     assert len(_lines(path)) == 3 and problems == [f"{path}:2: skipped: not a JSON record "
                                                     "(cut off by a crash or a full disk?)"]
@@ -139,7 +139,7 @@ def test_unreadable_records_are_skipped_naming_the_line(tmp_path, line, reason):
     path.write_text(json.dumps(good) + "\n" + line + "\n" + json.dumps(good) + "\n")
     problems = []
     with pytest.warns(UserWarning) as warned:
-        assert len(results.read_records(path, problems)) == 2
+        assert len(rundir.read_records(path, problems)) == 2
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: skipped: ")
     assert reason in problems[0] and str(warned[0].message) == problems[0]
 
@@ -153,7 +153,7 @@ def test_an_older_schema_is_skipped_naming_its_version_and_the_converter(tmp_pat
     path.write_text(json.dumps({**old, "schema": version}) + "\n" + json.dumps(_record()) + "\n")
     problems = []
     with pytest.warns(UserWarning, match=f"schema version {version}, older than"):
-        assert [r["schema"] for r in results.read_records(path, problems)] == [results.SCHEMA]
+        assert [r["schema"] for r in rundir.read_records(path, problems)] == [results.SCHEMA]
     assert problems == [f"{path}:1: skipped: schema version {version}, older than the "
                         f"{results.SCHEMA} this gpubench reads; convert the file once: python "
                         "tools/convert_records.py FILE"]
@@ -168,7 +168,7 @@ def test_a_bad_or_missing_environment_detail_costs_nothing(tmp_path):
     store.append(_record(environment={**environment, "git_commit": True}, size=1))
     store.append(_record(environment={k: v for k, v in environment.items() if k != "hostname"},
                          size=2))
-    records = results.read_records(tmp_path)
+    records = rundir.read_records(tmp_path)
     assert [r["size"] for r in records] == [1, 2]
     assert records[0]["environment"]["git_commit"] is True
     assert "hostname" not in records[1]["environment"]
@@ -178,7 +178,7 @@ def test_a_bad_or_missing_environment_detail_costs_nothing(tmp_path):
 
 def test_missing_results_name_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="gpubench run"):
-        results.read_records(tmp_path)
+        rundir.read_records(tmp_path)
 
 
 def test_environment_snapshot_has_every_field():
@@ -222,7 +222,7 @@ def test_records_carry_their_backend(tmp_path):
     assert record["backend"] == "jax" and record["schema"] == results.SCHEMA
     assert _record()["backend"] == "tensorflow"  # an environment that names none
     (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
-    assert results.read_records(tmp_path)[0]["backend"] == "jax"
+    assert rundir.read_records(tmp_path)[0]["backend"] == "jax"
 
 
 @pytest.mark.parametrize("field,value", [
@@ -238,23 +238,23 @@ def test_validate_raises_only_value_errors(field, value):
 def test_lines_are_read_as_bytes_a_bad_byte_costs_one_line_and_a_bom_none(tmp_path):
     good = json.dumps(_record()).encode()
     path = tmp_path / "results.jsonl"
-    path.write_bytes(results.BOM + good + b"\r\n" + good[:30] + b"\xd4\xff" + good[30:] + b"\n"
+    path.write_bytes(rundir.BOM + good + b"\r\n" + good[:30] + b"\xd4\xff" + good[30:] + b"\n"
                      + good + b"\n")
     problems = []
     with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped: not UTF-8 text \(byte 0xd4 "
                                          r"at column 31\)"):
-        records = results.read_records(path, problems, origin=True)
+        records = rundir.read_records(path, problems, origin=True)
     assert [r["_origin"] for r in records] == [f"{path}:1", f"{path}:3"]
     assert len(problems) == 1
     with pytest.warns(UserWarning):
-        assert "_origin" not in results.read_records(tmp_path, [])[0]
+        assert "_origin" not in rundir.read_records(tmp_path, [])[0]
 
 
 def test_a_results_file_that_is_a_directory_is_a_read_error_naming_it(tmp_path):
     (tmp_path / "results.jsonl").mkdir()
     with pytest.raises(results.ResultsPathError, match="cannot read results from .*results.jsonl"
                                                        ".*: it is a directory"):
-        results.read_records(tmp_path)
+        rundir.read_records(tmp_path)
 
 
 def _junk(count: int) -> bytes:
@@ -278,10 +278,10 @@ def test_a_file_of_junk_lines_is_counted_and_the_report_stays_its_size(tmp_path)
         handle.write((good[1] + "\n").encode())
     problems = []
     with pytest.warns(UserWarning) as warned:
-        records = results.read_records(path, problems)
+        records = rundir.read_records(path, problems)
         text, _ = compose([tmp_path], draw=False)
     assert len(records) == 3
-    shown = results.NAMED_UNREADABLE
+    shown = rundir.NAMED_UNREADABLE
     assert [p.split(": skipped")[0] for p in problems[:shown]] == [
         f"{path}:{n}" for n in range(3, 3 + shown)]
     assert len(problems) == shown + 1 and problems[-1] == (
@@ -293,7 +293,7 @@ def test_a_file_of_junk_lines_is_counted_and_the_report_stays_its_size(tmp_path)
 
 
 def test_a_line_too_long_to_be_a_record_is_read_past_not_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "MAX_LINE_BYTES", 10_000)
+    monkeypatch.setattr(rundir, "MAX_LINE_BYTES", 10_000)
     seen = []
     real = results.parse_line
     monkeypatch.setattr(results, "parse_line", lambda line: seen.append(len(line)) or real(line))
@@ -303,7 +303,7 @@ def test_a_line_too_long_to_be_a_record_is_read_past_not_kept(tmp_path, monkeypa
     path.write_text(good + "\n" + "x" * 50_000 + "\n" + good + "\n")
     problems = []
     with pytest.warns(UserWarning):
-        assert len(results.read_records(path, problems)) == 2
+        assert len(rundir.read_records(path, problems)) == 2
     assert problems == [f"{path}:2: skipped: a line longer than 10,000 bytes, not a record "
                         "gpubench writes"]
     assert max(seen) < 10_000  # the long line never reached the parser
@@ -311,7 +311,7 @@ def test_a_line_too_long_to_be_a_record_is_read_past_not_kept(tmp_path, monkeypa
 
 def test_minus_zero_is_read_as_zero(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(_record(seconds=-0.0, gflops=-0.0)) + "\n")
-    record = results.read_records(tmp_path)[0]
+    record = rundir.read_records(tmp_path)[0]
     assert str(record["seconds"]) == "0.0" and str(record["gflops"]) == "0.0"
 
 
@@ -320,7 +320,7 @@ def test_nan_infinity_and_a_number_past_a_float_are_read_as_null(tmp_path):
         '"seconds_min": null', '"seconds_min": 1e999')
     (tmp_path / "results.jsonl").write_text(line + "\n")
     assert "NaN" in line and "Infinity" in line and "1e999" in line
-    record = results.read_records(tmp_path)[0]
+    record = rundir.read_records(tmp_path)[0]
     assert record["seconds"] is None and record["gflops"] is None
     assert record["seconds_min"] is None
 

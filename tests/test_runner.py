@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from conftest import QUICK_RUN_NOTEBOOKS, REPO, python_env
-from gpubench import params, results
+from gpubench import params, rundir
 from gpubench_cli import RUN, kernel_like, run_gpubench
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def test_quick_run_writes_the_whole_run_directory(quick_run):
         assert out.exists(), out
         assert not any(o.output_type == "error" for c in nbformat.read(out, 4).cells
                        if c.cell_type == "code" for o in c.outputs)
-    records = results.read_records(quick_run)
+    records = rundir.read_records(quick_run)
     assert {r["notebook"] for r in records} == set(QUICK_RUN_NOTEBOOKS)
     assert {r["attempt"] for r in records} == {1}
     assert {r["env"] for r in records} == {"cpu"}
@@ -79,7 +79,7 @@ def test_two_envs_are_compared(tmp_path, variant_kernel):
                          "Mnist_MLP_h1000", "-p", "max_train_samples=2000", "-p", "epochs=2",
                          "--out", str(out)], env=python_env(GPUBENCH_DATA_SOURCE="synthetic"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = results.read_records(out)
+    records = rundir.read_records(out)
     variant = [r for r in records if r["env"] == variant_kernel]
     assert variant and all(r["environment"]["tf_env"].get("TF_ENABLE_ONEDNN_OPTS") == "0"
                            for r in variant)
@@ -104,7 +104,7 @@ def test_a_failing_notebook_leaves_the_others_done(tmp_path):
     kept = nbformat.read(out / "cpu" / "Mnist_MLP_h1000.ipynb", 4)
     assert any(o.output_type == "error" for c in kept.cells if c.cell_type == "code"
                for o in c.outputs)
-    records = results.read_records(out)
+    records = rundir.read_records(out)
     assert {r["notebook"] for r in records} == {"performanceTest"}
     assert (out / "report.md").exists()
 
@@ -147,7 +147,7 @@ def test_resume_after_an_interrupted_run(tmp_path):
     assert [j["attempt"] for j in jobs] == [1, 1] and jobs[1]["error"] == "stopped by Ctrl-C"
     first_output = out / "cpu" / "Mnist_MLP_h1000.ipynb"
     stamp = first_output.stat().st_mtime_ns
-    done = [r for r in results.read_records(out) if r["notebook"] == "Mnist_MLP_h1000"]
+    done = [r for r in rundir.read_records(out) if r["notebook"] == "Mnist_MLP_h1000"]
     assert len(done) == 1
 
     resumed = run_gpubench(["--resume", str(out)])
@@ -156,7 +156,7 @@ def test_resume_after_an_interrupted_run(tmp_path):
     assert first_output.stat().st_mtime_ns == stamp  # not run again
     jobs = json.loads(manifest.read_text())["jobs"]
     assert [(j["status"], j["attempt"]) for j in jobs] == [("ok", 1), ("ok", 2)]
-    records = results.read_records(out)
+    records = rundir.read_records(out)
     cnn = [r for r in records if r["notebook"] == "Mnist_CNN" and r["attempt"] == 2]
     assert [(r["status"], r["epochs"]) for r in cnn] == [("ok", 12)]
     assert (out / "report.md").exists()
@@ -202,7 +202,7 @@ def test_report_merges_two_machines(tmp_path, quick_run):
     other = tmp_path / "other-machine"
     other.mkdir()
     lines = []
-    for record in results.read_records(quick_run):
+    for record in rundir.read_records(quick_run):
         record["environment"]["hostname"] = "lab-gpu-box"
         lines.append(json.dumps(record))
     (other / "results.jsonl").write_text("\n".join(lines) + "\n")
@@ -211,7 +211,7 @@ def test_report_merges_two_machines(tmp_path, quick_run):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "merged" / "report.md").read_text()
-    host = results.read_records(quick_run)[0]["environment"]["hostname"]
+    host = rundir.read_records(quick_run)[0]["environment"]["hostname"]
     assert f"{host} · cpu" in report and "lab-gpu-box · cpu" in report
     assert "### lab-gpu-box · cpu" in report
 

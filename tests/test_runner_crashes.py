@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, python_env
-from gpubench import params, results
+from gpubench import params, rundir
 from gpubench_cli import RUN, kernel_like, run_gpubench
 
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
         pass
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("running", 1)
-    killed = results.read_records(run_dir)
+    killed = rundir.read_records(run_dir)
     # book and rigorous at each size, and the peak probe: each attempt records its own
     sweep = len(params.DEFAULTS["quick"]["performanceTest"]["sizes"]) * 2 + 1
     assert 2 <= len(killed) < sweep and {r["attempt"] for r in killed} == {1}
@@ -101,7 +101,7 @@ def test_kill_9_mid_sweep_then_resume_counts_nothing_twice(tmp_path):
     assert not [p for p in left if p.exists() or str(p) not in resumed.stdout]
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"]) == ("ok", 2)
-    records = results.read_records(run_dir)
+    records = rundir.read_records(run_dir)
     keys = [(r["attempt"], r["device"], r["dtype"], r["size"], r["method"]) for r in records]
     assert len(keys) == len(set(keys)) and len(keys) == len(killed) + sweep
     assert {r["attempt"] for r in records[len(killed):]} == {2}
@@ -120,7 +120,7 @@ def test_here_runs_in_this_python_without_an_env(tmp_path):
     assert list(manifest["envs"]) == ["cpu"]
     assert manifest["envs"]["cpu"]["how"] == "here"
     assert manifest["envs"]["cpu"]["python"] == sys.executable
-    records = results.read_records(out)
+    records = rundir.read_records(out)
     assert records and {(r["env"], r["backend"], r["attempt"]) for r in records} == {
         ("cpu", "tensorflow", 1)}
     assert (out / "cpu" / "performanceTest.ipynb").exists() and (out / "report.md").exists()
@@ -143,7 +143,7 @@ def test_a_second_process_is_refused_and_sigterm_keeps_what_was_measured(tmp_pat
     assert f"gpubench run --resume {run_dir}" in output
     job = json.loads((run_dir / "run.json").read_text())["jobs"][0]
     assert (job["status"], job["attempt"], job["error"]) == ("interrupted", 1, "stopped by SIGTERM")
-    kept = results.read_records(run_dir)
+    kept = rundir.read_records(run_dir)
     assert kept and {r["attempt"] for r in kept} == {1}
 
 

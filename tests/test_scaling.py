@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import NOTEBOOKS, REPO, python_env
-from gpubench import backends, params, results, scaling
+from gpubench import backends, params, results, rundir, scaling
 from gpubench.scaling import rules
 
 CLI = [sys.executable, "-m", "gpubench", "scaling"]
@@ -82,13 +82,13 @@ GOOD = {"model": "mlp_h1000", "devices": None, "replicas": None, "per_replica_ba
 ])
 def test_check_params_names_the_bad_value(change, named):
     with pytest.raises(ValueError, match=named):
-        params.check_scaling({**GOOD, **change})
+        rules.check_parameters({**GOOD, **change})
 
 
 def test_check_params_normalises_lists():
-    checked = params.check_scaling({**GOOD, "replicas": 2, "devices": "gpu:0"})
+    checked = rules.check_parameters({**GOOD, "replicas": 2, "devices": "gpu:0"})
     assert checked["replicas"] == [2] and checked["devices"] == ["gpu:0"]
-    checked = params.check_scaling({**GOOD, "replicas": "1,2", "devices": "cpu:0,cpu:1"})
+    checked = rules.check_parameters({**GOOD, "replicas": "1,2", "devices": "cpu:0,cpu:1"})
     assert checked["replicas"] == [1, 2] and checked["devices"] == ["cpu:0", "cpu:1"]
 
 
@@ -216,7 +216,7 @@ def test_chapter_with_two_virtual_devices_records_replicas_1_and_2(tmp_path, cpu
     proc = subprocess.run(cmd, cwd=NOTEBOOKS, capture_output=True, text=True, timeout=600,
                           env=python_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = results.read_records(results_path)
+    records = rundir.read_records(results_path)
     assert sorted(r["replicas"] for r in records) == [1, 2]
     for record in records:
         results.validate(record)
@@ -266,7 +266,7 @@ def _two_local_workers(tmp_path: Path, backend: str) -> None:
     engine, collective = ENGINES[backend]
     assert f"worker 1: 2 replica(s), {engine} over {collective}; the all-reduce check passed" \
         in proc.stdout
-    one, two = results.read_records(run_dir)
+    one, two = rundir.read_records(run_dir)
     for record in (one, two):
         results.validate(record)
         assert record["status"] == "ok" and record["backend"] == backend
@@ -612,7 +612,7 @@ def test_jax_sweep_on_two_virtual_devices_records_replicas_1_and_2(tmp_path):
     loaded = data.load("mnist", source="synthetic", max_train_samples=400, verbose=False)
     records = scaling.sweep("mlp_h1000", loaded, virtual_devices=2, epochs=2,
                             per_replica_batch_size=50, store=store, env="jax-cpu")
-    assert records == results.read_records(tmp_path / "results.jsonl")
+    assert records == rundir.read_records(tmp_path / "results.jsonl")
     assert [r["replicas"] for r in records] == [1, 2]
     for record in records:
         results.validate(record)
@@ -680,7 +680,7 @@ def test_torch_sweep_runs_a_process_per_device(tmp_path):
     loaded = data.load("mnist", source="synthetic", max_train_samples=400, verbose=False)
     records = scaling.sweep("mlp_h1000", loaded, virtual_devices=2, epochs=2,
                             per_replica_batch_size=50, store=store, env="torch-cpu")
-    assert records == results.read_records(tmp_path / "results.jsonl")
+    assert records == rundir.read_records(tmp_path / "results.jsonl")
     assert [(r["replicas"], r["workers"]) for r in records] == [(1, 1), (2, 2)]
     for record in records:
         results.validate(record)

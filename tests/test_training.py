@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import FASHION_DIR, REPO, chapter_fit
-from gpubench import chapter, data, devices, models, params, results, timing, training
+from gpubench import chapter, data, devices, models, params, results, rundir, timing, training
 from gpubench.backends import tensorflow as tf_backend
 
 
@@ -313,7 +313,7 @@ def test_a_learners_own_model_trains_in_the_chapter_and_is_reported(tmp_path, cp
         cwd=str(REPO / "notebooks"),
         parameters=dict(profile="quick", epochs=2, max_train_samples=600, data_source="synthetic",
                         results_path=str(run_dir / "results.jsonl"), env_name="cpu"))
-    (record,) = results.read_records(run_dir)
+    (record,) = rundir.read_records(run_dir)
     assert (record["model"], record["status"], record["epochs"]) == ("tiny_net", "ok", 2)
     assert record["flops_per_sample"] == 6 * (784 * 32 + 32 * 10)
     assert record["train_samples"] == 550 and record["notebook"] == "Mnist_MLP_h1000"

@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import papermill
 
-from gpubench import envs, results
+from gpubench import envs, rundir
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
@@ -101,7 +101,7 @@ def main() -> None:
         run(Path(args[0]).resolve())
     run_dir = Path(args[0]).resolve()
     env = args[1] if len(args) > 1 else "cpu"
-    records = results.read_records(run_dir)  # gpubench's reader: a bad line is skipped, named
+    records = rundir.read_records(run_dir)  # gpubench's reader: a bad line is skipped, named
     for executed in sorted((run_dir / env).glob("*.ipynb")):
         target = NOTEBOOKS / executed.name
         source = nbformat.read(target, as_version=4)

@@ -3,7 +3,7 @@ framework); `trainer` and `measure` (`run`), the training and its records; impor
 
 import importlib
 
-RULES = ("ALWAYS_COMPILED", "COMPUTE_DTYPE", "FACTOR_NAMES", "chapter_values",
+RULES = ("ALWAYS_COMPILED", "COMPUTE_DTYPE", "FACTOR_NAMES", "chapter_values", "check_parameters",
          "crossover_batch_size", "effects", "for_backend", "is_factor_record",
          "percent_of_matmul_peak", "round_rates", "variants")
 MEASURING = ("Trainer", "best_settings", "devices_to_measure", "run")

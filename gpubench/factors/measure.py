@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from gpubench import backends, devices, params, results, telemetry, timing
+from gpubench import backends, devices, results, telemetry, timing
 from gpubench.factors import rules
 from gpubench.factors.trainer import BUSY_REGION_SECONDS, Trainer
 
@@ -147,7 +147,7 @@ def run(model_name: str, data, device_names: Sequence[str] | None, values: dict[
     on every device (None: all, GPUs first); `trainer`: a hook, the class of each variant."""
     from gpubench import training  # noqa: PLC0415 - loads Keras
 
-    params.check_speed_factors({"model": model_name, "epochs": epochs})
+    rules.check_parameters({"model": model_name, "epochs": epochs})
     values, notes = rules.for_backend(values)  # tf.data refused before anything trains
     say, split, made = progress or (lambda text: None), training.split(model_name, data), []
     for note in notes:

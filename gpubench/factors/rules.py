@@ -78,7 +78,7 @@ def for_backend(values: dict[str, Sequence], backend: str | None = None,
         backend, tf_data = backends.current().NAME, backends.current().tensorflow_importable()
     asked = {"input_pipelines": list(values.get("input_pipeline", ()))}
     if not drop_tf_data:
-        params.check_for_backend("Speed_Factors", asked, backend, bool(tf_data))
+        check_for_backend("Speed_Factors", asked, backend, bool(tf_data))
     drops = {"xla": (lambda v: backend in ALWAYS_COMPILED, XLA_NOTE),
              "steps_per_execution": (lambda v: backend in ONE_STEP_PER_CALL and v != 1, STEPS_NOTE),
              "input_pipeline": (lambda v: v == "tf.data" and not tf_data, NO_TF_DATA)}
@@ -175,3 +175,31 @@ def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | Non
     if not peak or not record.get("achieved_gflops"):
         return None
     return 100.0 * record["achieved_gflops"] / peak
+
+
+def check_parameters(values: dict) -> dict:
+    """Speed_Factors' own rules: its two models, two rounds or more, XLA off or on."""
+    if values.get("model") not in (models := params.TABLES["speed_factors_models"]):
+        raise params.ParameterError(f"model {values.get('model')!r} is not one Speed_Factors "
+                                    f"trains; use one of {', '.join(models)}")
+    params.positive_int("epochs", values.get("epochs"), minimum=2)
+    if "auto" in (values.get("xla_modes") or ()):
+        raise params.ParameterError("xla_modes: 'auto' lets Keras choose, which differs by device; "
+                             "list the modes to compare: off, on")
+    return values
+
+
+def check_for_backend(notebook: str, values: dict, backend: str,
+                      tensorflow_importable: bool) -> dict:
+    """`values` unchanged if `backend` can run them, else raise naming the value and the fix."""
+    steps = values.get("steps_per_execution")
+    if backend == "torch" and set(steps if isinstance(steps, list) else [steps]) - {None, 1}:
+        raise params.ParameterError(
+            f"{notebook}: steps_per_execution={steps!r}: Keras's PyTorch trainer runs one step per "
+            "call; use steps_per_execution=1 (or leave it out) in a torch env")
+    if "tf.data" in (values.get("input_pipelines") or []) and not tensorflow_importable:
+        raise params.ParameterError(
+            f"{notebook}: input_pipelines includes 'tf.data', but TensorFlow cannot be imported "
+            f"in this {backend} env; drop it (e.g. -p input_pipelines=arrays,on_device) or "
+            "`pip install tensorflow-cpu` into that env")
+    return values

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from gpubench import backends, factors, plots
 from gpubench.fmt import MISSING, NOT_A_NUMBER, fmt, fmt_ratio, md_table
-from gpubench.report.format import capped_text, explained_table, prose
+from gpubench.report.format import capped_text, explained_table, new_axes, prose
 from gpubench.report.records import columns, model_title
 from gpubench.report.telemetry import busy_cell
 from gpubench.report.training import unstable
@@ -186,7 +186,7 @@ def section(records: list[dict], charts: dict | None) -> list[str]:
                   *flagged, ""]
     if charts is None:
         return lines
-    charts["speed_factors.png"] = plot(all_rows, plots.new_axes((8, 0.35 * len(all_rows) + 1.5))
-                                       ).figure
+    axes = new_axes((8, 0.35 * len(all_rows) + 1.5))
+    charts["speed_factors.png"] = plot(all_rows, axes).figure
     cap = capped_text(drawn, tabled)
     return lines + ["![Speed factors](speed_factors.png)", "", *[cap, ""] * bool(cap)]

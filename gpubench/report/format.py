@@ -7,6 +7,7 @@ import functools
 import re
 from pathlib import Path
 
+from gpubench import plots
 from gpubench.fmt import MISSING, NOT_A_NUMBER, md_table
 from gpubench.plots import column_of
 from gpubench.report.records import columns
@@ -64,3 +65,15 @@ def capped_text(drawn: list[str], of: int, what: str = "This chart") -> str:
     verb = "draw" if what.startswith("These") else "draws"
     return (f"_{what} {verb} the first {len(drawn)} of the {of} columns, in the tables' order "
             f"({drawn[0]} to {drawn[-1]}), to stay readable; the tables hold all of them._")
+
+
+def new_figure():
+    """A new Figure of the report's own, outside pyplot."""
+    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib only when drawing
+
+    return Figure()
+
+
+def new_axes(figsize: tuple[float, float] = (8, 5)):
+    """Axes on a new Figure of the report's own, outside pyplot."""
+    return plots.figure(new_figure(), figsize).subplots()

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from gpubench import results, rundir, schema
+from gpubench import results, rundir, schema, schema_words
 from gpubench.fmt import clip
 from gpubench.report.records import identity, label_columns
 from gpubench.results import RESULTS_FILE, job_of, latest_attempts
@@ -35,9 +35,9 @@ def usable(records: Iterable[dict], problems: list[str]) -> list[dict]:
     for original in records:
         record, why, where = original, None, original.get("_origin", "a record")
         for error in full.errors(original):
-            problem = schema.explain(results.RECORD, error)
+            problem = schema_words.explain(results.RECORD, error)
             field = (f"{original.get('benchmark')} field {problem.field!r} is "
-                     f"{schema.shown(schema.value_at(original, problem.path))}")
+                     f"{schema_words.shown(schema_words.value_at(original, problem.path))}")
             if problem.droppable:
                 path = itertools.takewhile(lambda step: isinstance(step, str), problem.path)
                 record = _nulled(record, list(path))
@@ -46,18 +46,18 @@ def usable(records: Iterable[dict], problems: list[str]) -> list[dict]:
                 why = f"{field}; the report needs {problem.wants}"
         said += [f"{where}: skipped: {why}"] * bool(why)
         kept += [] if why else [record]
-    named = results.NAMED_UNREADABLE
+    named = rundir.NAMED_UNREADABLE
     for message in said[:named]:
-        results.skipped(message, problems)
+        rundir.skipped(message, problems)
     if len(said) > named:
-        results.skipped(f"{len(said)} records or fields in all left out by the report's checks: "
+        rundir.skipped(f"{len(said)} records or fields in all left out by the report's checks: "
                         f"{len(said) - named} more after the {named} named", problems)
     return kept
 
 
 def _readable(path: Path, problems: list[str]) -> bool:  # a symlink to nowhere is named
     if path.is_symlink() and not path.exists():
-        results.skipped(f"{path}: a symlink that leads nowhere (a loop or a missing target); "
+        rundir.skipped(f"{path}: a symlink that leads nowhere (a loop or a missing target); "
                         "not read", problems)
     return path.exists()
 
@@ -66,10 +66,10 @@ def _read(run_dir: str | os.PathLike, problems: list[str]) -> Iterator[dict]:  #
     if not _readable(Path(run_dir) / RESULTS_FILE, problems):
         return
     try:
-        for record in results.iter_records(run_dir, problems, origin=True):
+        for record in rundir.iter_records(run_dir, problems, origin=True):
             yield record | {"_run_dir": str(run_dir)}
     except results.ResultsPathError as exc:
-        results.skipped(f"{exc}; its records are not shown", problems)
+        rundir.skipped(f"{exc}; its records are not shown", problems)
 
 
 def load(run_dirs: list[str | os.PathLike], problems: list[str] | None = None) -> list[dict]:
@@ -102,7 +102,7 @@ def last_runs(records: Iterable[dict], problems: list[str]) -> list[dict]:
         if None in mine.values():
             ids = list(mine)
             more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
-            results.skipped(f"{Path(run_dir) / RESULTS_FILE}: {env}/{notebook} holds runs "
+            rundir.skipped(f"{Path(run_dir) / RESULTS_FILE}: {env}/{notebook} holds runs "
                             f"{', '.join(map(str, ids[:3]))}{more}; shown: run {ids[-1]}, whose "
                             "records replace the others'", problems)
     return list(kept.values())
@@ -115,12 +115,12 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
         return []
     found, checker = [], schema.checker("run", "job")
     try:
-        jobs = json.loads(path.read_bytes().removeprefix(results.BOM).decode("utf-8"))["jobs"]
+        jobs = json.loads(path.read_bytes().removeprefix(rundir.BOM).decode("utf-8"))["jobs"]
         if not isinstance(jobs, list):
             raise TypeError(f"'jobs' is {type(jobs).__name__}, not a list")
         for number, job in enumerate(jobs, start=1):
             if not checker.valid(job) or not all(_TEXT.match(job[k]) for k in ("env", "notebook")):
-                results.skipped(f"{path}: job {number} is not as gpubench writes it: "
+                rundir.skipped(f"{path}: job {number} is not as gpubench writes it: "
                                 f"{clip(repr(job), 80)}", problems)
                 continue
             error = clip((job.get("error") or "").strip().partition("\n")[0])
@@ -128,7 +128,7 @@ def read_jobs(run_dir: str | os.PathLike, problems: list[str]) -> list[dict]:
                           "notebook": job["notebook"], "status": job["status"],
                           "error": error if _TEXT.match(error) else ""})
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        results.skipped(f"{path}: unreadable job list ({type(exc).__name__}: "
+        rundir.skipped(f"{path}: unreadable job list ({type(exc).__name__}: "
                         f"{clip(str(exc), 200)}); jobs not shown", problems)
         return []
     return found

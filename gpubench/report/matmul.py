@@ -7,7 +7,7 @@ from gpubench import plots
 from gpubench.backends import backend_title
 from gpubench.fmt import fmt_rate, fmt_ratio, fmt_time
 from gpubench.plots import BOOK, CALL, PRODUCT, column_of, label_of, sweep_records
-from gpubench.report.format import capped, explained_table, prose
+from gpubench.report.format import capped, explained_table, new_axes, new_figure, prose
 from gpubench.report.records import backend_of, baselines, columns, crossover, loaded, pairings
 from gpubench.results import PEAK_METHOD, dtype_of, ok_records, peak_record
 
@@ -82,7 +82,7 @@ def table(records: list[dict]) -> str:
 
 def _charts(matmul: list[dict], charts: dict) -> list[str]:  # each where it has data, else why
     matmul, cap = capped(matmul, "These charts")
-    fig = plots.new_figure()
+    fig = new_figure()
     fig.set_size_inches(14, 7)
     left, right = fig.subplots(1, 2)
     plots.plot(matmul, "seconds", left)
@@ -93,13 +93,13 @@ def _charts(matmul: list[dict], charts: dict) -> list[str]:  # each where it has
     charts["matmul_time.png"] = fig
     lines = ["![Measured timings and the book's single timing against matrix size]"
              "(matmul_time.png)", ""]
-    if (ax := plots.plot(matmul, "gflops", plots.new_axes())) is not None:
+    if (ax := plots.plot(matmul, "gflops", new_axes())) is not None:
         charts["matmul_gflops.png"] = ax.figure
         lines += ["![GFLOP/s against matrix size](matmul_gflops.png)", ""]
     else:
         lines += [prose("no gflops chart"), ""]
     pairs = pairings(matmul)
-    if (ax := plots.plot_speedup(matmul, plots.new_axes(), lambda _, c: pairs.get(c))) is not None:
+    if (ax := plots.plot_speedup(matmul, new_axes(), lambda _, c: pairs.get(c))) is not None:
         charts["matmul_speedup.png"] = ax.figure
         lines += ["![GPU speedup](matmul_speedup.png)", ""]
     elif any(r["device"].startswith("gpu") for r in sweep_records(matmul)):

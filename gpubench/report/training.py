@@ -9,7 +9,7 @@ from collections import defaultdict
 from gpubench import backends, params, plots, timing
 from gpubench.backends import backend_title
 from gpubench.fmt import MISSING, NOT_A_NUMBER, dtype_label, fmt, fmt_range, fmt_ratio, fmt_seconds
-from gpubench.report.format import capped, explained_table, prose
+from gpubench.report.format import capped, explained_table, new_figure, prose
 from gpubench.report.records import (
     backend_of,
     backend_rank,
@@ -207,7 +207,7 @@ def section(records: list[dict], charts: dict | None, jobs: list[dict] = ()) -> 
               for r, _, b in compared(records) if b and (differ := mode_differences(r, b))]
     if charts is not None and (ok := book_train(ok_records(records, "train"))):
         shown, cap = capped(ok)
-        charts["epoch_times.png"] = plot_epoch_bars(shown, fig=plots.new_figure())
+        charts["epoch_times.png"] = plot_epoch_bars(shown, fig=new_figure())
         lines += ["![Epoch times](epoch_times.png)", "", *[cap, ""] * bool(cap)]
     if flagged := unstable(book_train(records)):
         lines += [f"Timings that varied a lot between epochs (IQR over median above "

@@ -214,7 +214,7 @@ def recorded_attempts(run_dir: Path, job: Job) -> set[int]:
     try:  # unreadable lines are skipped; the report warns of them, once
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            records = results.read_records(run_dir / results.RESULTS_FILE)
+            records = rundir.read_records(run_dir / results.RESULTS_FILE)
     except (OSError, ValueError):
         return set()
     return {r.get("attempt", 1) for r in records

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpubench import backends, results, rundir, schema
+from gpubench import backends, results, rundir, schema, schema_words
 from gpubench import params as nb_params
 from gpubench.rundir import LOCK, MANIFEST, UsageError, lock_run_dir
 from gpubench.runner.targets import NEW_RUN, Target, check_notebooks, check_params
@@ -104,7 +104,7 @@ def load_run(resume: str, profile: str | None,
 
 
 def _bad(path: Path, name: str, value, why: str) -> UsageError:
-    return UsageError(f"{path}: {name} is {schema.shown(value)}: {why}; {NEW_RUN}")
+    return UsageError(f"{path}: {name} is {schema_words.shown(value)}: {why}; {NEW_RUN}")
 
 
 def _too_deep(doc) -> str | None:
@@ -131,7 +131,7 @@ def check_manifest(manifest, path: Path) -> list[Job]:
                          f"list written by `gpubench run`; {NEW_RUN}")
     checker = schema.checker("run")
     if not checker.valid(manifest):
-        problem = schema.explain(RUN_SCHEMA, next(checker.errors(manifest)))
+        problem = schema_words.explain(RUN_SCHEMA, next(checker.errors(manifest)))
         raise _bad(path, problem.field, problem.value, f"expected {problem.wants}")
     if manifest["profile"] not in nb_params.PROFILES:
         raise _bad(path, "profile", manifest["profile"],

@@ -19,11 +19,16 @@ from pathlib import Path
 
 from gpubench import backends, envs, machine
 from gpubench import params as nb_params  # `params` names -p values here
+from gpubench.factors import rules as factor_rules
 from gpubench.rundir import UsageError
+from gpubench.scaling import rules as scaling_rules
 
 # Parameters the runner sets itself, and the option a user gives instead.
 RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "--envs"}
 NEW_RUN = "start a new run with `gpubench run`"
+# The notebooks with rules of their own beyond each value's (they give them to chapter.start too).
+OWN_RULES = {"Speed_Factors": factor_rules.check_parameters,
+             "Multi_GPU_Scaling": scaling_rules.check_parameters}
 Problems = dict[str, tuple[str, str]]  # env -> (status, why) of an env that cannot run
 
 
@@ -91,7 +96,8 @@ def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
                          f"this run ({', '.join(notebooks)}); add it to --notebooks or drop the -p")
     for nb in [nb for nb in notebooks if "*" in params or nb in params]:
         try:
-            nb_params.check_params(nb, given(params, nb), declared=declared(nb))
+            nb_params.check_params(nb, given(params, nb), declared=declared(nb),
+                                   rules=OWN_RULES.get(nb))
         except ValueError as exc:
             raise UsageError(f"-p for {nb}: {exc}") from None
 
@@ -276,8 +282,8 @@ def _check_runnable(targets: dict[str, Target], notebooks: list[str], params: di
                         f"there sees {', '.join(target.devices)}); use a GPU env (`gpubench "
                         f"envs` lists them) or drop -p {name}")
             try:
-                nb_params.check_for_backend(nb, values, target.backend,
-                                            bool(target.tensorflow_importable))
+                factor_rules.check_for_backend(nb, values, target.backend,
+                                               bool(target.tensorflow_importable))
             except ValueError as exc:
                 raise UsageError(f"-p for {nb} in env {env}: {exc}") from None
 

@@ -4,5 +4,5 @@ TensorFlow, JAX and PyTorch, each in its `<backend>_parallel`. Importing it load
 from __future__ import annotations
 
 from gpubench.scaling.cluster import cli_main, local_devices, split_cpu, strategy, sweep
-from gpubench.scaling.rules import check_replicas, parallel
+from gpubench.scaling.rules import check_parameters, check_replicas, parallel
 from gpubench.scaling.step import train

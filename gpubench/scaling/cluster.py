@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpubench import backends, results, rundir
-from gpubench.params import check_scaling, positive_int
+from gpubench.params import positive_int
 from gpubench.params import resolve as resolve_params
 from gpubench.scaling import rules
 from gpubench.scaling.step import record, train
@@ -72,7 +72,7 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     """Train `model_name` on 1, 2, ... of `devices`; a record per count, stored as measured."""
     from gpubench import training  # noqa: PLC0415 - loads the backend
 
-    params = check_scaling({"model": model_name, "devices": devices, "replicas": replicas,
+    params = rules.check_parameters({"model": model_name, "devices": devices, "replicas": replicas,
                            "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
                            "epochs": epochs, "virtual_devices": virtual_devices})
     split_cpu(virtual_devices)
@@ -161,7 +161,7 @@ def run_worker(cluster: Sequence[str], index: int, out: Path, *, profile: str | 
     if (launcher := os.environ.get(rules.LAUNCHER_ENV, "")).isdigit():
         rundir.tie_to_parent(int(launcher))  # it dies with its launcher, even by kill -9
     extra = json.loads(os.environ.get(rules.PARAMS_ENV) or "{}")  # a chapter's, or a test's
-    params = check_scaling(resolve_params(rules.NOTEBOOK, profile=profile)[0]) | extra
+    params = rules.check_parameters(resolve_params(rules.NOTEBOOK, profile=profile)[0]) | extra
     chapter = "fields" in extra
     par = rules.parallel()
     with contextlib.ExitStack() as stack:
@@ -288,7 +288,7 @@ def in_processes(devices: list[str], data, settings: dict) -> dict:
         if code:
             raise RuntimeError(f"the {len(devices)} worker process(es) on {', '.join(devices)} "
                                "failed; their output is above")
-        return results.read_records(Path(tmp) / results.RESULTS_FILE)[-1]
+        return rundir.read_records(Path(tmp) / results.RESULTS_FILE)[-1]
 
 
 def cli_main(args) -> int:
@@ -298,7 +298,7 @@ def cli_main(args) -> int:
         positive_int("--replicas", args.replicas)
     if args.local_workers is not None:
         positive_int("--local-workers", args.local_workers)
-        check_scaling(resolve_params(rules.NOTEBOOK, profile=args.profile)[0])  # before workers
+        rules.check_parameters(resolve_params(rules.NOTEBOOK, profile=args.profile)[0])
         with contextlib.ExitStack() as stack:
             rundir.lock_run_dir(out, stack)
             options = ["--profile", args.profile] if args.profile else []

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from types import ModuleType
 
-from gpubench import backends
+from gpubench import backends, params
 
 NOTEBOOK = "Multi_GPU_Scaling"
 CLI_NOTEBOOK = "gpubench scaling"
@@ -78,9 +78,20 @@ def canonical(device: str) -> str:
 
 def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[int]:
     """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
-    for count in replicas or ():  # each a positive int already: params.check_scaling
+    for count in replicas or ():  # each a positive int already: check_parameters
         if count > device_count:
             raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
                              f"replicate over; use at most {device_count} (or more devices, "
                              "or virtual_devices on a CPU)")
     return sorted(set(replicas)) if replicas else list(range(1, device_count + 1))
+
+
+def check_parameters(values: dict) -> dict:
+    """Multi_GPU_Scaling's parameters checked together; `devices`, `replicas` become lists."""
+    for name in ("model", "scaling"):
+        params.one_of(name, values.get(name), name)
+    for name in ("per_replica_batch_size", "epochs"):
+        params.positive_int(name, values.get(name), maximum=params.LIMITS[name])
+    names = ("devices", "replicas", "max_train_samples", "virtual_devices")
+    return {**values, **{name: params.check_value(name, values.get(name), virtual_cpus=True)
+                         for name in names}}

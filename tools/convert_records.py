@@ -7,7 +7,8 @@ What changes, by the rules the old readers applied when they read such lines:
 - schema 1 lacked `attempt` (now 1) and the training mode fields (now null);
 - schemas 1 and 2 lacked `backend` (now "tensorflow", the only one then) and `telemetry` (null);
 - up to schema 3 a rigorous or peak matmul's `seconds` was one product up to its sync: it
-  becomes `call_seconds`, and the product-time fields become null (never measured);
+  becomes `call_seconds` (its `seconds_iqr`, the spread of those calls, `call_seconds_iqr`),
+  and the product-time fields become null (never measured);
 - `tf32` is added from what the record's environment says of its backend (JAX's default matmul
   precision, TensorFlow's and PyTorch's TF32 setting): on a GPU, whether float32 matmuls could
   run on TF32 tensor cores; false on a CPU; null for a matmul at another dtype.
@@ -52,6 +53,7 @@ def converted(record: dict) -> dict:
     if schema <= 3 and record["benchmark"] == "matmul":
         if record.get("method") in ("rigorous", "peak"):
             record = record | {"call_seconds": record.get("seconds"),
+                               "call_seconds_iqr": record.get("seconds_iqr"),
                                **dict.fromkeys(PRODUCT_TIME_FIELDS)}
         else:
             record = {"call_seconds": None, **record}

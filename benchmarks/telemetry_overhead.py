@@ -38,9 +38,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=telemetry.DEFAULT_INTERVAL)
     parser.add_argument("--device", default="cpu", help='the Monitor\'s device: "cpu" or "gpu:N"')
     args = parser.parse_args()
-    if args.epochs < 2 or args.rounds < 1 or args.samples < 100:
-        parser.error(f"need --epochs >= 2 (epoch 1 of each fit is dropped), --rounds >= 1 and "
-                     f"--samples >= 100; got {args.epochs}, {args.rounds}, {args.samples}")
+    if args.epochs < 2 or args.rounds < 1 or args.samples < 100 or not args.interval > 0:
+        parser.error(f"need --epochs >= 2 (epoch 1 of each fit is dropped), --rounds >= 1, "
+                     f"--samples >= 100 and --interval > 0; got {args.epochs}, {args.rounds}, "
+                     f"{args.samples}, {args.interval}")
     try:
         telemetry.Monitor(args.device, interval=args.interval)
     except ValueError as error:

@@ -189,7 +189,7 @@ class FakeNVML(types.ModuleType):
         self.event_reasons_api = event_reasons_api
 
     def __getattribute__(self, name: str) -> Any:
-        # nvidia-ml-py before 12.535 has only nvmlDeviceGetCurrentClocksThrottleReasons.
+        # event_reasons_api=False: an NVML that gives no clock-event reasons.
         if (name == "nvmlDeviceGetCurrentClocksEventReasons"
                 and not object.__getattribute__(self, "event_reasons_api")):
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
@@ -274,9 +274,5 @@ class FakeNVML(types.ModuleType):
         return gpu.energy(self.clock.now)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
-        gpu = self._gpu(handle)
-        return whole(gpu.read(gpu.reasons, self.clock.now))
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:
         gpu = self._gpu(handle)
         return whole(gpu.read(gpu.reasons, self.clock.now))

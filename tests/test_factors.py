@@ -88,7 +88,8 @@ def test_no_clear_effect_when_the_rounds_straddle_one():
     (0.9, 1.1, "no clear effect"), (1.0, 1.3, "no clear effect"), (0.5, 1.0, "no clear effect"),
     (1.01, 1.3, "faster"), (0.2, 0.99, "slower")])
 def test_verdict_rule(low, high, expected):
-    assert rules.verdict(low, high) == expected
+    # two rounds at these rates against a baseline's two of 1: the interval is [low, high]
+    assert rules.compare([1.0, 1.0], [low, high])["verdict"] == expected
 
 
 def test_each_device_is_compared_with_its_own_baseline():

@@ -13,16 +13,14 @@ from gpubench.results import peak_gflops
 
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
 FACTOR_NAMES = ("baseline", *FACTORS, "combined")
-# Notebook parameter -> the factor whose values it lists.
 LIST_PARAMS = dict(zip(("batch_sizes", "precisions", "xla_modes", "steps_per_execution",
-                        "input_pipelines"), FACTORS, strict=True))
+                        "input_pipelines"), FACTORS, strict=True))  # parameter -> factor
 # A dtype policy's compute dtype: the matmul dtype its speed is compared with.
 COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 ALWAYS_COMPILED = ("jax",)  # XLA is no factor there
-ONE_STEP_PER_CALL = ("torch",)  # Keras's trainer runs one step per call: no steps/exec factor
 XLA_NOTE = ("XLA: always on with JAX (JAX compiles every training step), so it is not a factor "
             "here: xla_modes {values} run as one compiled baseline, and no XLA variant.")
-STEPS_NOTE = ("steps per execution: Keras's {title} trainer runs one step per call "
+STEPS_NOTE = ("steps per execution: Keras's PyTorch trainer runs one step per call "
               "(steps_per_execution must be 1), so it is not a factor here: values {values} "
               "not measured.")
 NO_TF_DATA = ("tf.data: not measured: TensorFlow cannot be imported in this {backend} env "
@@ -72,22 +70,20 @@ def variants(values: dict[str, Sequence]) -> list[Variant]:
 def for_backend(values: dict[str, Sequence], backend: str | None = None,
                 tf_data: bool | None = None, *, drop_tf_data: bool = False
                 ) -> tuple[dict[str, list], list[str]]:
-    """The factor values `backend` (None: Keras's) runs, and notes on what it left out; "tf.data"
-    where TensorFlow cannot be imported (`tf_data` False) is refused unless `drop_tf_data`."""
+    """The values `backend` (None: Keras's) runs, notes on the rest; tf.data without TF: refused."""
     if backend is None:
         backend, tf_data = backends.current().NAME, backends.current().tensorflow_importable()
-    asked = {"input_pipelines": list(values.get("input_pipeline", ()))}
     if not drop_tf_data:
-        check_for_backend("Speed_Factors", asked, backend, bool(tf_data))
+        check_for_backend("Speed_Factors", {"input_pipelines": values.get("input_pipeline")},
+                          backend, bool(tf_data))
     drops = {"xla": (lambda v: backend in ALWAYS_COMPILED, XLA_NOTE),
-             "steps_per_execution": (lambda v: backend in ONE_STEP_PER_CALL and v != 1, STEPS_NOTE),
+             "steps_per_execution": (lambda v: backend == "torch" and v != 1, STEPS_NOTE),
              "input_pipeline": (lambda v: v == "tf.data" and not tf_data, NO_TF_DATA)}
     checked, notes = {factor: list(found) for factor, found in values.items()}, []
     for factor, (drop, note) in drops.items():
         if left_out := [v for v in checked.get(factor, []) if drop(v)]:
             checked[factor] = [v for v in checked[factor] if not drop(v)]
-            notes.append(note.format(values=left_out, backend=backend,
-                                     title=backends.backend_title(backend)))
+            notes.append(note.format(values=left_out, backend=backend))
     return checked, notes
 
 
@@ -112,13 +108,8 @@ def round_rates(record: dict) -> list[float]:
     return steady_rates(seconds, record["train_samples"])
 
 
-def verdict(low: float, high: float) -> str:
-    """"faster" / "slower", or "no clear effect" when the interval [low, high] includes 1.0."""
-    return "no clear effect" if low <= 1.0 <= high else "faster" if low > 1.0 else "slower"
-
-
 def compare(baseline_rates: Sequence[float], rates: Sequence[float]) -> dict:
-    """Speedup (best rate over best rate), its median twin, and the paired rounds' interval."""
+    """Speedup (best rate over best), its median twin, the paired rounds' interval, a verdict."""
     if not baseline_rates or not rates:
         return {"speedup": None, "median_speedup": None, "low": None, "high": None,
                 "verdict": "not measured"}
@@ -127,7 +118,9 @@ def compare(baseline_rates: Sequence[float], rates: Sequence[float]) -> dict:
     low, high = min(pairs + [speedup]), max(pairs + [speedup])
     return {"speedup": speedup,
             "median_speedup": statistics.median(rates) / statistics.median(baseline_rates),
-            "low": low, "high": high, "verdict": verdict(low, high)}
+            "low": low, "high": high,
+            "verdict": "no clear effect" if low <= 1.0 <= high else "faster" if low > 1.0
+            else "slower"}
 
 
 def is_factor_record(record: dict) -> bool:
@@ -172,9 +165,8 @@ def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | Non
     """A train record's GFLOP/s as % of its env and device's matmul peak at its compute dtype."""
     dtype = COMPUTE_DTYPE.get(record.get("precision") or "float32")
     peak = peak_gflops(list(records), record["env"], record["device"], dtype or "")
-    if not peak or not record.get("achieved_gflops"):
-        return None
-    return 100.0 * record["achieved_gflops"] / peak
+    gflops = record.get("achieved_gflops")
+    return 100.0 * gflops / peak if peak and gflops else None
 
 
 def check_parameters(values: dict) -> dict:

@@ -1,6 +1,5 @@
-"""One Speed_Factors variant on one device (`Trainer`): its model and feed (arrays, tf.data, or
-the set kept on the device, per backend), probes, time box, rounds and busy region (NVML's busy %
-is the share of its last 1/6 s to 1 s with a kernel running: a shorter round says nothing)."""
+"""One Speed_Factors variant on one device (`Trainer`): its model and feed (arrays, tf.data, or the
+set kept on the device, per backend), its probes, time box, rounds and busy region."""
 
 from __future__ import annotations
 
@@ -13,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpubench import backends, devices, results, telemetry, timing
-from gpubench.factors.rules import Variant, steady_rates
+from gpubench.backends import tensorflow as tf_backend
+from gpubench.factors.rules import Variant, check_for_backend, steady_rates
 
 BOX_FACTOR = 8.0  # a probe projecting an epoch over this x the baseline's boxes the variant
 PROBE_SECONDS = 0.3  # probes grow until one lasts this long (or covers an epoch)
-NVML_WINDOW_SECONDS = 1.0  # a busy region's unmonitored lead-in: NVML's longest period
+NVML_WINDOW_SECONDS = 1.0  # NVML's busy %: of its last 1/6 s to 1 s; a region's unwatched lead-in
 BUSY_REGION_SECONDS = 2.0  # two of those periods, 20 samples: rounds shorter get a busy region
 
 
@@ -44,11 +44,12 @@ class Trainer:
     test_accuracy: float | None = None
 
     @classmethod
-    def prepared(cls, variant: Variant, model_name: str, device: str, split) -> Trainer:
+    def prepared(cls, variant: Variant, model_name: str, device: str, split,
+                 say: Callable[[str], None] = lambda text: None) -> Trainer:
         """Its model compiled, its feed on `device`, probed; or failed, saying why (an OOM)."""
         from gpubench import training  # noqa: PLC0415 - loads Keras
 
-        x, y, batch = split.x_train, split.y_train, variant.batch_size
+        x, y, batch, start = split.x_train, split.y_train, variant.batch_size, time.perf_counter()
         trainer = cls(variant, device, None, x, y, steps_per_epoch=math.ceil(len(x) / batch))
         try:
             with devices.scope(device):
@@ -64,33 +65,36 @@ class Trainer:
         except Exception as exc:  # noqa: BLE001 - recorded as the variant's status
             trainer.model = trainer.feed = None  # its memory let go
             trainer.status, trainer.error = backends.failure(exc)
+        say(f"{device}: probed {variant.label}: {batch / trainer.probe_step_seconds:,.0f} images/s "
+            f"({time.perf_counter() - start:.1f} s)")
         return trainer
 
     def timed(self, steps: int | None, *, monitor: bool = False) -> float:
         """Seconds of `steps` steps (None: an epoch) to a sync; `monitor`: to `round_telemetry`."""
         clock = timing.epoch_timer(self.device if monitor else None)
-        if self.variant.input_pipeline != "on_device":
-            self.fit(steps, clock)  # its epoch, not fit's set-up
-        else:  # the epoch timer's own calls, around the feed's steps
-            clock.set_model(self.model)
-            clock.on_epoch_begin(0)
-            self.feed(steps)
-            clock.on_epoch_end(0)
+        self.fit(steps, clock)  # its epoch, not fit's set-up
         self.round_telemetry += clock.epoch_telemetry
         return clock.epoch_seconds[0]
 
     def fit(self, steps: int | None, callback, epochs: int = 1) -> None:
-        """`fit` for `epochs` rounds of `steps` steps (None: an epoch) on the variant's feed."""
-        if self.variant.input_pipeline == "tf.data":  # the dataset shuffles
-            data = dict(x=self.feed if steps is None else self.feed.take(steps), shuffle=False)
-        else:
-            n = len(self.x) if steps is None else min(len(self.x), steps * self.variant.batch_size)
-            data = dict(x=self.x[:n], y=self.y[:n], batch_size=self.variant.batch_size)
+        """`epochs` rounds of `steps` steps (None: an epoch); `callback` called as by `fit`."""
+        if self.variant.input_pipeline == "on_device":  # fit's calls of `callback`, by hand
+            callback.set_model(self.model)
+            for epoch in range(epochs):
+                callback.on_epoch_begin(epoch)
+                self.feed(steps)
+                callback.on_epoch_end(epoch)
+                if self.model.stop_training:  # as `fit` stops
+                    break
+            return
+        n = len(self.x) if steps is None else min(len(self.x), steps * self.variant.batch_size)
+        data = (dict(x=self.feed if steps is None else self.feed.take(steps), shuffle=False)
+                if self.variant.input_pipeline == "tf.data"  # the dataset shuffles
+                else dict(x=self.x[:n], y=self.y[:n], batch_size=self.variant.batch_size))
         self.model.fit(**data, epochs=epochs, verbose=0, callbacks=[callback])
 
     def probe(self) -> None:
-        """Compile, then time growing step counts until one lasts PROBE_SECONDS (or an epoch); a
-        step's cost: the last two probes' difference over theirs in steps (the lower of two)."""
+        """A step's cost (the lower of two probes): the last two of growing step counts timed."""
         steps = self.variant.steps_per_execution
         with devices.scope(self.device):
             self.timed(steps)  # tracing and compilation
@@ -104,29 +108,27 @@ class Trainer:
             per_step = (seconds - previous[1]) / (steps - previous[0])
         self.probe_step_seconds = min(self.probe_step_seconds, per_step)
 
-    def decide_box(self, baseline_epoch: float) -> None:
+    def decide_box(self, baseline_epoch: float) -> int | None:
         """Box a round's steps to about `baseline_epoch` if two probes project BOX_FACTOR x it."""
         if self.projected_epoch() > BOX_FACTOR * baseline_epoch:
             self.probe()  # the first probe may have met a busy machine
-        if self.projected_epoch() <= BOX_FACTOR * baseline_epoch:
-            return
-        spe = self.variant.steps_per_execution
-        steps = int(baseline_epoch / self.probe_step_seconds) // spe * spe
-        self.boxed_steps = max(spe, min(steps, self.steps_per_epoch - 1))
+        if self.projected_epoch() > BOX_FACTOR * baseline_epoch:
+            spe = self.variant.steps_per_execution
+            steps = int(baseline_epoch / self.probe_step_seconds) // spe * spe
+            self.boxed_steps = max(spe, min(steps, self.steps_per_epoch - 1))
+        return self.boxed_steps
 
     def measure_busy_region(self, least: float = BUSY_REGION_SECONDS,
                             lead: float = NVML_WINDOW_SECONDS,
                             clock: Callable[[], float] = time.perf_counter) -> dict:
-        """Telemetry of its rounds back to back (a sync each) over `least` s of whole rounds after
-        a `lead` s lead-in, or fewer (`seconds` says) after 4x the rounds its pace needs."""
+        """Telemetry of its rounds back to back: `least` s after a `lead` s lead-in, or less."""
         pace = max(min(timing.steady(self.round_seconds) or [1.0]), 1e-3)  # s a steady round
         monitor, region = telemetry.Monitor(self.device, clock=clock), {}
-        rounds = math.ceil(4 * (least + lead) / pace) + 2
 
         def began(*_: Any) -> None:  # the lead-in starts with the first round, not fit's set-up
             region.setdefault("began", clock())
 
-        def ended(*_: Any) -> bool:  # after a round: synced, whether the region is complete
+        def ended(*_: Any) -> None:  # after a round: synced; the last once the region is whole
             timing.sync(list(self.model.variables))
             now = clock()
             if "watched" not in region and now - region["began"] >= lead:
@@ -134,19 +136,13 @@ class Trainer:
                 region["watched"] = now
             elif "watched" in region and now - region["watched"] >= least:
                 region["result"] = monitor.stop()
-            self.model.stop_training = "result" in region  # fit stops after this round
-            return self.model.stop_training
+            self.model.stop_training = "result" in region
 
         try:
             with devices.scope(self.device):
-                if self.variant.input_pipeline != "on_device":
-                    self.fit(self.boxed_steps, backends.keras().callbacks.LambdaCallback(
-                        on_epoch_begin=began, on_epoch_end=ended), epochs=rounds)
-                for _ in range(rounds if self.variant.input_pipeline == "on_device" else 0):
-                    began()
-                    self.feed(self.boxed_steps)
-                    if ended():
-                        break
+                self.fit(self.boxed_steps, backends.keras().callbacks.LambdaCallback(
+                    on_epoch_begin=began, on_epoch_end=ended), math.ceil(4 * (least + lead) / pace)
+                    + 2)
         finally:
             if "result" not in region:  # the rounds ran out first
                 region["result"] = monitor.stop() if "watched" in region else results.unmeasured(
@@ -174,9 +170,7 @@ class Trainer:
 
 def tf_dataset(x, y, batch_size: int):
     """A tf.data.Dataset of (x, y) batches, reshuffled, prefetched, kept off JAX's/torch's GPUs."""
-    from gpubench.backends.tensorflow import tf  # noqa: PLC0415 - only for tf.data
-
-    module = tf()
+    module = tf_backend.tf()
     if backends.current().NAME != "tensorflow":
         with contextlib.suppress(RuntimeError, ValueError):  # already initialised: as it was
             module.config.set_visible_devices([], "GPU")
@@ -186,11 +180,11 @@ def tf_dataset(x, y, batch_size: int):
 
 def on_device_feed(model, x, y, batch_size: int, per_call: int,
                    device: str) -> Callable[[int | None], None]:
-    """`steps(count)`: train `count` steps (None: an epoch, reshuffled) on the set put on `device`
-    once, batches gathered there by a permutation made there, up to `per_call` steps a call."""
+    """`steps(count)`: `count` steps (None: an epoch, reshuffled) on the set kept on `device`."""
+    backend = backends.current()
+    check_for_backend("Speed_Factors", {"steps_per_execution": per_call}, backend.NAME, True)
     n = min(len(x), batch_size)  # one fit step builds the optimizer and metrics first
     model.fit(x[:n], y[:n], batch_size=n, epochs=1, verbose=0)
-    backend = backends.current()
     make = {"tensorflow": _tensorflow_feed, "jax": _jax_feed, "torch": _torch_feed}[backend.NAME]
     with backend.scope(device):
         shuffle, run, around = make(backend, model, x, y, per_call, device)
@@ -211,8 +205,8 @@ def on_device_feed(model, x, y, batch_size: int, per_call: int,
     return steps
 
 
-# A feed: shuffle(), run(start, count, size) (`count` batches of the permutation from `start`), a
-# context around each call of `steps`; each step as the backend's `fit` runs it.
+# A feed: shuffle() (a permutation made on the device), run(start, count, size) (`count` batches
+# of it from `start`, up to `per_call` a call), a context around each call of `steps`.
 def _tensorflow_feed(backend, model, x, y, per_call, device):  # steps looped in one tf.function
     tf, n = backend.tf(), len(x)
     x_dev, y_dev = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
@@ -233,21 +227,20 @@ def _tensorflow_feed(backend, model, x, y, per_call, device):  # steps looped in
 
 def _jax_feed(backend, model, x, y, per_call, device):  # Keras's stateless step, in a fori_loop
     jax, target, n = backend.jax(), backend.device(device), len(x)
-    jnp, lax = jax.numpy, jax.lax
     x_dev, y_dev = jax.device_put(x, target), jax.device_put(y, target)
     owners = (model.trainable_variables, model.non_trainable_variables,
               model.optimizer.variables, model.metrics_variables)
-    identity = jax.device_put(jnp.arange(n, dtype=jnp.int32), target)
+    identity = jax.device_put(jax.numpy.arange(n, dtype=jax.numpy.int32), target)
     now = {"key": jax.device_put(jax.random.key(0), target), "perm": identity}
 
     @functools.partial(jax.jit, donate_argnums=0, static_argnums=4)
     def run(state, perm, start, count, size: int):
         def step(j, carried):
-            idx = lax.dynamic_slice(perm, (start + j * size,), (size,))
-            batch = (jnp.take(x_dev, idx, axis=0), jnp.take(y_dev, idx, axis=0))
+            idx = jax.lax.dynamic_slice(perm, (start + j * size,), (size,))
+            batch = (jax.numpy.take(x_dev, idx, axis=0), jax.numpy.take(y_dev, idx, axis=0))
             return model.train_step(carried, batch)[1]
 
-        return lax.fori_loop(0, count, step, state)
+        return jax.lax.fori_loop(0, count, step, state)
 
     def shuffle() -> None:
         now["key"], sub = jax.random.split(now["key"])
@@ -259,21 +252,16 @@ def _jax_feed(backend, model, x, y, per_call, device):  # Keras's stateless step
     @contextlib.contextmanager
     def state():  # Keras's JAX state, carried as `fit` does, then written back to the variables
         now["state"] = jax.device_put(tuple([v.value for v in vs] for vs in owners), target)
-        try:
-            yield
-        finally:
-            for variables, values in zip(owners, now["state"], strict=True):
-                for variable, value in zip(variables, values, strict=True):
-                    variable.assign(value)
+        yield  # (after an error the variant is failed: its variables are not read again)
+        for variables, values in zip(owners, now["state"], strict=True):
+            for variable, value in zip(variables, values, strict=True):
+                variable.assign(value)
 
     shuffle()  # compiled now, not in the first epoch
     return shuffle, advance, state
 
 
 def _torch_feed(backend, model, x, y, per_call, device):  # one step a call, as Keras's trainer
-    if per_call != 1:
-        raise ValueError(f"steps_per_execution={per_call}: Keras's PyTorch trainer runs one step "
-                         "per call; use steps_per_execution=1 on PyTorch")
     torch, n = backend.torch(), len(x)
     target = torch.device("cuda:" + device.partition(":")[2] if device.startswith("gpu") else "cpu")
     x_dev, y_dev = torch.as_tensor(x, device=target), torch.as_tensor(y, device=target)

@@ -1,5 +1,4 @@
-"""The report: report.md and its charts from run directories, a module per topic over `inputs`
-(reading, checking), `records` (queries) and `format` (words); `document` composes them."""
+"""The report: report.md and its charts from run directories; `document` composes the topics."""
 
 from gpubench.report import factors, scaling
 from gpubench.report.document import build, compose, show

@@ -1,5 +1,4 @@
-"""report.md as a document: the topics' sections in order, the jobs, the environments and the
-glossary around them; writing it with its charts (all or none); showing it in a notebook."""
+"""report.md: the topics' sections in order, jobs, environments, glossary; writing, showing."""
 
 from __future__ import annotations
 
@@ -12,10 +11,8 @@ from pathlib import Path
 from gpubench import rundir
 from gpubench.backends import backend_title, is_gpu_env
 from gpubench.fmt import MISSING, clip, fmt
-from gpubench.report import factors, matmul, scaling, telemetry, training
+from gpubench.report import factors, inputs, matmul, scaling, telemetry, training
 from gpubench.report.format import explained_table, glossary, prose
-from gpubench.report.inputs import UNFINISHED, ReportWriteError, load, read_jobs
-from gpubench.report.records import backend_of, columns, loaded
 from gpubench.results import write_problem
 
 ENVIRONMENT_HEADERS = ["machine · env", "CPU", "GPU", "OS", "backend", "Python", "commit", "data"]
@@ -26,29 +23,28 @@ SHOWN_PROBLEMS = 12  # skipped lines and records listed in the report; the rest 
 
 
 def _versions(env: dict) -> str:  # "CUDA 13.0, cuDNN 9.19", or ""
-    return ", ".join(f"{title} {env[key]}" for title, key in (("CUDA", "cuda_version"),
-                                                             ("cuDNN", "cudnn_version"))
-                     if env.get(key))
+    pairs = (("CUDA", "cuda_version"), ("cuDNN", "cudnn_version"))
+    return ", ".join(f"{title} {env[key]}" for title, key in pairs if env.get(key))
 
 
 def environment_rows(records: list[dict]) -> list[list]:
     """One row per column: hardware, OS, software and its build, the commit and the datasets."""
     rows = []
-    for column in columns(records):
+    for column in inputs.columns(records):
         recs = [r for r in records if r["_column"] == column]
-        env, first, name = recs[-1]["environment"], recs[0]["environment"], backend_of(recs[0])
+        env, first = recs[-1]["environment"], recs[0]["environment"]
+        name = inputs.backend_of(recs[0])
         version = first.get("backend_version") or first.get(name)
         twin = next((r for r in records if r["environment"].get("cuda_version") and (
-            r["_machine"], backend_of(r), r["environment"].get("backend_version")) == (
+            r["_machine"], inputs.backend_of(r), r["environment"].get("backend_version")) == (
             recs[0]["_machine"], name, version)), None)  # its machine's GPU env, for a CPU run
         if not first.get("cuda_build"):
             build = "CPU-only build"
         elif _versions(first) or not twin or is_gpu_env(recs[0]["env"]):
             build = _versions(first) or "CUDA build; CUDA and cuDNN versions not recorded"
         else:
-            build = (f"CUDA build, run on the CPU: no CUDA version read; {twin['_column']}, the "
-                     f"same machine and {backend_title(name)}, read "
-                     f"{_versions(twin['environment'])}")
+            build = prose("cuda on cpu", twin=twin["_column"], title=backend_title(name),
+                          versions=_versions(twin["environment"]))
         gpus = "; ".join(f"{fmt(g.get('name'), '')} ({fmt(g.get('memory_gb'), '')} GB, driver "
                          f"{fmt(g.get('driver'), '')})" for g in env.get("gpus") or []) or "none"
         data = sorted({f"{fmt(r['dataset'], '')}: {fmt(r['data_source'], '')}" for r in recs
@@ -64,8 +60,7 @@ def environment_rows(records: list[dict]) -> list[list]:
 def jobs_lines(jobs: list[dict], records: list[dict], problems: list[str]) -> list[str]:
     """A note on a run not finished, or, with no record to show, each job and why."""
     if not records:
-        none = ("No record could be used (see What went wrong)." if problems
-                else "No results were recorded.")
+        none = prose("no record used" if problems else "no results")
         if not jobs:
             return [f"{none} There is no job list (run.json) either.", ""]
         rows = [[j["run"], j["env"], j["notebook"], j["status"], j["error"] or JOB_WHY.get(
@@ -75,7 +70,7 @@ def jobs_lines(jobs: list[dict], records: list[dict], problems: list[str]) -> li
     parts = [f"{words}: " + ", ".join(f"{j['env']}/{j['notebook']}" for j in waiting)
              for words, status in (("running", "running"), ("not started yet", "pending"))
              if (waiting := [j for j in jobs if j["status"] == status])]
-    dirs = sorted({j["dir"] for j in jobs if j["status"] in UNFINISHED})
+    dirs = sorted({j["dir"] for j in jobs if j["status"] in inputs.UNFINISHED})
     return [prose("unfinished", parts="; ".join(parts), dirs=" / ".join(dirs)), ""] * bool(parts)
 
 
@@ -83,7 +78,7 @@ def problems_section(records: list[dict], jobs: list[dict], problems: list[str])
     """Jobs not finished (but those skipped on purpose), records not "ok", what was left out."""
     lines = []
     if failed := [[j["run"], j["env"], j["notebook"], j["status"], j["error"]] for j in jobs
-                  if j["status"] not in ("ok", *UNFINISHED) and j["notebook"] != ON_PURPOSE]:
+                  if j["status"] not in ("ok", *inputs.UNFINISHED) and j["notebook"] != ON_PURPOSE]:
         lines += ["Jobs that did not finish (from run.json):", "",
                   *explained_table(["run", "env", "notebook", "status", "error"], failed)]
     lines += [f"- {r['_column']} {r['notebook']} {r['device']}: **{r['status']}** "
@@ -101,20 +96,20 @@ def compose(run_dirs: list[str | os.PathLike], *, draw: bool = True) -> tuple[st
     if not run_dirs:
         raise ValueError("no run directory given; pass at least one, e.g. runs/20261202T1830Z")
     problems: list[str] = []
-    records = load(run_dirs, problems)
-    jobs = [job for d in run_dirs for job in read_jobs(d, problems)]
+    records = inputs.load(run_dirs, problems)
+    jobs = [job for d in run_dirs for job in inputs.read_jobs(d, problems)]
     charts: dict | None = {} if draw else None
     lines = ["# gpubench report", "",
              "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs)
-             + f" · columns: {', '.join(columns(records)) or 'none'}", "",
+             + f" · columns: {', '.join(inputs.columns(records)) or 'none'}", "",
              *training.profile_lines(records), *jobs_lines(jobs, records, problems)]
     if records and not any(r["device"].startswith("gpu") for r in records):
         lines += [prose("no gpu", hint=prose("no gpu hint")), ""]
     if any(r.get("data_source") == "synthetic" for r in records):
         lines += [prose("synthetic"), ""]
     if busy := [f"- {r['_column']} {r['notebook']} {r['device']}" + (
-            f" n = {r['size']}" if r.get("size") else "") + f": {loaded(r)}"
-                for r in records if loaded(r)]:
+            f" n = {r['size']}" if r.get("size") else "") + f": {inputs.loaded(r)}"
+                for r in records if inputs.loaded(r)]:
         lines += [prose("loaded"), "", *busy, ""]
     lines += training.section(records, charts, jobs) + training.backends_section(records)
     lines += telemetry.section(records) + matmul.section(records, charts)
@@ -123,9 +118,8 @@ def compose(run_dirs: list[str | os.PathLike], *, draw: bool = True) -> tuple[st
     if intended := [f"{j['env']}/{j['notebook']} ({j['error']})" for j in jobs
                     if j["status"] == "skipped" and j["notebook"] == ON_PURPOSE]:
         lines += ["Not run, on purpose: " + "; ".join(intended) + ".", ""]
-    if records:
-        lines += ["## Environments", "", *explained_table(ENVIRONMENT_HEADERS,
-                                                          environment_rows(records))]
+    lines += ["## Environments", "", *explained_table(
+        ENVIRONMENT_HEADERS, environment_rows(records))] * bool(records)
     return "\n".join(lines + glossary("\n".join(lines))), charts or {}
 
 
@@ -152,8 +146,9 @@ def write(out: Path, text: str, charts: dict) -> Path:
         for tmp in staged.values():
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-        raise ReportWriteError(f"cannot write the report to {str(out)!r}: {write_problem(exc)}; "
-                               "free some space or pass --out with a writable folder") from None
+        raise inputs.ReportWriteError(
+            f"cannot write the report to {str(out)!r}: {write_problem(exc)}; free some space or "
+            "pass --out with a writable folder") from None
     return out / "report.md"
 
 
@@ -171,7 +166,6 @@ def show(report_path: str | os.PathLike) -> None:
     from IPython.display import Image, Markdown, display  # noqa: PLC0415
 
     path = Path(report_path)
-    # Text and chart file names alternate: re.split keeps the captured name of each image line.
     parts = re.split(r"^!\[.*\]\((.+)\)$", path.read_text(encoding="utf-8"), flags=re.M)
     for i, part in enumerate(parts):
         display(Image(filename=str(path.parent / part)) if i % 2 else Markdown(part))

@@ -1,15 +1,13 @@
-"""Speed_Factors in the report and the chapter: the table of variants, the findings and the
-crossover in words, and the chart. The numbers are `gpubench.factors`'; this module shows them."""
+"""Speed_Factors in the report and the chapter: the variants' table, findings, crossover, chart."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from gpubench import backends, factors, plots
 from gpubench.fmt import MISSING, NOT_A_NUMBER, fmt, fmt_ratio, md_table
 from gpubench.report.format import capped_text, explained_table, new_axes, prose
-from gpubench.report.records import columns, model_title
+from gpubench.report.inputs import columns, model_title
 from gpubench.report.telemetry import busy_cell
 from gpubench.report.training import unstable
 from gpubench.results import ok_records
@@ -27,7 +25,7 @@ def describe(effect: dict) -> str:
         return "not measured" if speedup is None else effect["verdict"]
     if speedup >= 1:
         return f"{fmt_ratio(speedup)}x faster"
-    slower = 1 / speedup if speedup else math.inf
+    slower = 1 / speedup if speedup else float("inf")
     return f"{fmt(slower, '.0f' if slower >= 10 else '.2f')}x slower"
 
 
@@ -89,15 +87,13 @@ def findings(rows: Sequence[dict]) -> str:
         if c := next((r for r in mine if r["factor"] == "combined"), None):
             base = " against its own paired baseline rounds" * bool(
                 c["record"].get("paired_baseline_seconds"))
-            text += (f" Together, {c['label']} runs at {_x(c['speedup'])} the book's setting"
-                     f"{base} ({c['verdict']}).")
+            text += " " + prose("combined", label=c["label"], x=_x(c["speedup"]), base=base,
+                                verdict=c["verdict"])
             if faster and c["speedup"] < faster[0]["speedup"]:
-                text += (f" That is less than {faster[0]['label']} alone: these factors do not "
-                         "add up here.")
+                text += " " + prose("not additive", label=faster[0]["label"])
         out.append(text)
     if compiled := {r["record"].get("backend") for r in rows} & set(factors.ALWAYS_COMPILED):
-        out.append("- **XLA**: always on with " + ", ".join(n.upper() for n in sorted(compiled))
-                   + ": every row ran compiled, so XLA is not a factor here.")
+        out.append(prose("always compiled", names=", ".join(n.upper() for n in sorted(compiled))))
     return "\n".join(out)
 
 
@@ -133,20 +129,17 @@ def plot(effects: list[dict], ax=None):
             xerr=[[max(s - e["low"], 0) for s, e in zip(shown, rows, strict=True)],
                   [max(min(e["high"], high * 2) - s, 0) for s, e in zip(shown, rows, strict=True)]],
             color=["tab:blue" if e["clear"] else "lightgrey" for e in rows])
-    cut = [(y, s, e) for y, (s, e) in enumerate(zip(shown, rows, strict=True))
-           if s != e["speedup"]]
+    cut = [(y, s, e) for y, (s, e) in enumerate(zip(shown, rows, strict=True)) if s != e["speedup"]]
     for y, s, e in cut:
         ax.annotate(f"{describe(e)}, cut", (s * (0.95 if s > 1 else 1.05), y), va="center",
                     fontsize="small", ha="right" if s > 1 else "left", color="darkred")
     several = len({e.get("column") for e in rows}) > 1
-    ax.set_yticks(list(range(len(rows))), [(f"{e['column']} · " if several else "")
-                                           + f"{e['device']}: {e['value']}" + " †" * bool(
-                                               e["record"].get("paired_baseline_seconds"))
-                                           for e in rows], fontsize="small")
+    ax.set_yticks(range(len(rows)), [f"{e['column']} · " * several + f"{e['device']}: {e['value']}"
+                                     + " †" * bool(e["record"].get("paired_baseline_seconds"))
+                                     for e in rows], fontsize="small")
     ax.invert_yaxis()
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlim(min(low / 3, 0.5), max(high * 3, 2))
+    ax.set(xscale="log", xlim=(min(low / 3, 0.5), max(high * 3, 2)))
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -182,11 +175,9 @@ def section(records: list[dict], charts: dict | None) -> list[str]:
             lines += [f"CPU–GPU crossover batch size: the GPU trains faster from batch {size}.", ""]
     if flagged := unstable([r for r in records if factors.is_factor_record(r)],
                            ("steady rounds", prose("unstable rounds")), _variant):
-        lines += ["Variants whose rounds varied a lot (IQR over median above 20%):", "",
-                  *flagged, ""]
+        lines += [prose("varied rounds"), "", *flagged, ""]
     if charts is None:
         return lines
-    axes = new_axes((8, 0.35 * len(all_rows) + 1.5))
-    charts["speed_factors.png"] = plot(all_rows, axes).figure
+    charts["speed_factors.png"] = plot(all_rows, new_axes((8, 0.35 * len(all_rows) + 1.5))).figure
     cap = capped_text(drawn, tabled)
     return lines + ["![Speed factors](speed_factors.png)", "", *[cap, ""] * bool(cap)]

@@ -1,5 +1,4 @@
-"""The report's words and shapes: its prose and glossary (gpubench/tables/report_text.md), tables
-whose headers link to the glossary, and how many columns a chart draws."""
+"""The report's words: its prose and glossary (tables/report_text.md), linked tables, chart caps."""
 
 from __future__ import annotations
 
@@ -7,10 +6,9 @@ import functools
 import re
 from pathlib import Path
 
-from gpubench import plots
 from gpubench.fmt import MISSING, NOT_A_NUMBER, md_table
 from gpubench.plots import column_of
-from gpubench.report.records import columns
+from gpubench.report.inputs import columns
 from gpubench.timing import NOISE_THRESHOLD, STEADY_EPOCHS
 
 TEXT = Path(__file__).parents[1] / "tables" / "report_text.md"
@@ -45,35 +43,31 @@ def explained_table(headers: list[str], rows: list[list], right=()) -> list[str]
 
 def glossary(text: str) -> list[str]:
     """The glossary section: each term `text` uses, once."""
-    return ["## Glossary", "", f"\"{MISSING}\": not measured; \"{NOT_A_NUMBER}\": no figure can be "
-            "given (why, in brackets, where known).", "",
+    return ["## Glossary", "", prose("marks", missing=MISSING, na=NOT_A_NUMBER), "",
             *(line for term, line in glossary_lines().items() if term in text), ""]
 
 
-def capped(records: list[dict], what: str = "This chart") -> tuple[list[dict], str]:
+def capped(records: list[dict], what: str = "This chart draws") -> tuple[list[dict], str]:
     """The records of the first MAX_COLUMNS columns in the tables' order, and `capped_text`."""
     names = columns(records)
-    shown = set(names[:MAX_COLUMNS])
-    return ([r for r in records if column_of(r) in shown],
+    return ([r for r in records if column_of(r) in names[:MAX_COLUMNS]],
             capped_text(names[:MAX_COLUMNS], len(names), what))
 
 
-def capped_text(drawn: list[str], of: int, what: str = "This chart") -> str:
+def capped_text(drawn: list[str], of: int, what: str = "This chart draws") -> str:
     """A sentence saying that `what` draws only the columns `drawn` of `of`; "" for all."""
     if len(drawn) >= of:
         return ""
-    verb = "draw" if what.startswith("These") else "draws"
-    return (f"_{what} {verb} the first {len(drawn)} of the {of} columns, in the tables' order "
-            f"({drawn[0]} to {drawn[-1]}), to stay readable; the tables hold all of them._")
+    return prose("capped", what=what, n=len(drawn), of=of, first=drawn[0], last=drawn[-1])
 
 
-def new_figure():
+def new_figure(figsize: tuple[float, float] = (8, 5)):
     """A new Figure of the report's own, outside pyplot."""
     from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib only when drawing
 
-    return Figure()
+    return Figure(figsize=figsize)
 
 
 def new_axes(figsize: tuple[float, float] = (8, 5)):
     """Axes on a new Figure of the report's own, outside pyplot."""
-    return plots.figure(new_figure(), figsize).subplots()
+    return new_figure(figsize).subplots()

@@ -1,20 +1,14 @@
-"""Matrix multiplication in the report: three timings, each named for what it is, the GPU against
-its CPU pair (crossovers), alignment, the peak probe, the book's single timing, the charts."""
+"""Matrix multiplication in the report: three named timings, crossovers, peaks, the charts."""
 
 from __future__ import annotations
 
 from gpubench import plots
 from gpubench.backends import backend_title
-from gpubench.fmt import fmt_rate, fmt_ratio, fmt_time
+from gpubench.fmt import fmt_rate, fmt_time
 from gpubench.plots import BOOK, CALL, PRODUCT, column_of, label_of, sweep_records
 from gpubench.report.format import capped, explained_table, new_axes, new_figure, prose
-from gpubench.report.records import backend_of, baselines, columns, crossover, loaded, pairings
-from gpubench.results import PEAK_METHOD, dtype_of, ok_records, peak_record
-
-# How each timing is named in a crossover sentence ("the GPU wins from n = 1000 when ...").
-_WHEN = {PRODUCT: "when products stream (product time: the streaming crossover)",
-         CALL: "for one product called alone (call latency)",
-         BOOK: "by the book's single timing (set-up included)"}
+from gpubench.report.inputs import backend_of, baselines, columns, crossover, loaded, pairings
+from gpubench.results import PEAK_METHOD, dtype_of, peak_record
 
 
 def speedup_series(records: list[dict]) -> list[dict]:
@@ -53,16 +47,15 @@ def crossover_lines(records: list[dict]) -> list[str]:
             found = {s["quantity"]: s for s in mine if (s["device"], s["dtype"]) == (device, dtype)}
             cpu_dtype = next(iter(found.values()))["cpu_dtype"]
             paired = {p[0] for s in found.values() for p in s["points"]}
-            alone = sorted({r["size"] for r in sweep if column_of(r) == column
-                            and (r["device"], label_of(r)) == (device, dtype)} - paired)
-            parts = [f"{crossover_words(found[q]['points'], found[q]['noisy'])} {_WHEN[q]}"
-                     for q in (PRODUCT, CALL, BOOK) if q in found]
-            lines.append(
-                f"- **{device} {dtype} vs CPU {cpu_dtype}**"
-                + (f" (not like for like: {dtype} against the CPU's {cpu_dtype})"
-                   if dtype != cpu_dtype else "") + f": {len(paired)} sizes paired"
-                + (f", no CPU partner at n = {', '.join(map(str, alone))}" if alone else "")
-                + "; the GPU wins " + "; ".join(parts) + ".")
+            alone = ", ".join(str(n) for n in sorted({r["size"] for r in sweep if (
+                column_of(r), r["device"], label_of(r)) == (column, device, dtype)} - paired))
+            unlike = f" (not like for like: {dtype} against the CPU's {cpu_dtype})"
+            parts = [crossover_words(found[q]["points"], found[q]["noisy"]) + " "
+                     + prose(f"wins by {q}") for q in (PRODUCT, CALL, BOOK) if q in found]
+            lines.append(prose("gpu wins", device=device, dtype=dtype, cpu=cpu_dtype,
+                               unlike=unlike * (dtype != cpu_dtype), paired=len(paired),
+                               alone=f", no CPU partner at n = {alone}" * bool(alone),
+                               parts="; ".join(parts)))
     return lines
 
 
@@ -81,16 +74,14 @@ def table(records: list[dict]) -> str:
 
 
 def _charts(matmul: list[dict], charts: dict) -> list[str]:  # each where it has data, else why
-    matmul, cap = capped(matmul, "These charts")
-    fig = new_figure()
-    fig.set_size_inches(14, 7)
-    left, right = fig.subplots(1, 2)
+    matmul, cap = capped(matmul, "These charts draw")
+    left, right = new_figure((14, 7)).subplots(1, 2)
     plots.plot(matmul, "seconds", left)
     plots.plot_book(matmul, right)
     for ax in (left, right):  # each panel's legend below it, clear of the lines
         if ax.get_legend():
             ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12))
-    charts["matmul_time.png"] = fig
+    charts["matmul_time.png"] = left.figure
     lines = ["![Measured timings and the book's single timing against matrix size]"
              "(matmul_time.png)", ""]
     if (ax := plots.plot(matmul, "gflops", new_axes())) is not None:
@@ -108,16 +99,15 @@ def _charts(matmul: list[dict], charts: dict) -> list[str]:  # each where it has
 
 
 def section(records: list[dict], charts: dict | None) -> list[str]:
-    """The timings, the GPU against its CPU, alignment, tables, peaks, the book's, the charts."""
+    """The timings, the GPU against its CPU, the tables, peaks, the book's timing, the charts."""
     if not (matmul := [r for r in records if r["benchmark"] == "matmul"]):
         return []
     lines = ["## Matrix multiplication", "", prose("matmul"), ""]
     rigorous = [r for r in sweep_records(matmul) if r["method"] == "rigorous"]
     if rigorous and all(r.get("seconds") is None for r in rigorous):
         lines += [prose("no product time"), ""]
-    for title, found in (("The GPU against the CPU", crossover_lines(matmul)),
-                         ("Alignment", _alignment(matmul))):
-        lines += [f"### {title}", "", *found, ""] * bool(found)
+    if found := crossover_lines(matmul):
+        lines += ["### The GPU against the CPU", "", *found, ""]
     for column in columns(matmul):
         col = [r for r in matmul if column_of(r) == column]
         peaks = filter(None, (peak_record(col, *key) for key in sorted({
@@ -132,19 +122,5 @@ def section(records: list[dict], charts: dict | None) -> list[str]:
                  f"{fmt_time(call[-1])}" if call else "")
         lines += [prose("book timing", gpu=plots.BOOK_DEVICES["gpu"], alone=alone,
                         book=f"{fmt_time(book[0])}–{fmt_time(book[-1])}"), ""]
-    return lines + (_charts(matmul, charts) if charts is not None and sweep_records(matmul)
-                    else [])
+    return lines + (_charts(matmul, charts) if charts is not None and sweep_records(matmul) else [])
 
-
-def _alignment(records: list[dict]) -> list[str]:  # aligned sizes beside their book sizes
-    ok = {(column_of(r), r["device"], label_of(r), r["size"]): r
-          for r in ok_records(records, "matmul")
-          if r["method"] == "rigorous" and r.get("gflops") and r.get("seconds") is not None}
-    lines = []
-    for (column, device, dtype, _), r in sorted(ok.items()):
-        if book := ok.get((column, device, dtype, r.get("aligned_from"))):
-            ratio = r["gflops"] / book["gflops"]
-            lines.append(prose("alignment" if ratio > 1.1 else "no alignment", device=device,
-                               dtype=dtype, book=book["size"], book_rate=fmt_rate(book["gflops"]),
-                               size=r["size"], rate=fmt_rate(r["gflops"]), ratio=fmt_ratio(ratio)))
-    return lines

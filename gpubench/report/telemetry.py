@@ -1,13 +1,12 @@
-"""Telemetry in the report: how busy each run kept the GPU, its power and energy, CPU use, and
-what those numbers say. GPU (NVML) and CPU package (RAPL) energy are kept apart, never added."""
+"""Telemetry in the report: GPU busy, power and energy, CPU use (GPU and CPU energy apart)."""
 
 from __future__ import annotations
 
 from gpubench import timing
-from gpubench.fmt import MISSING, busy_text, dtype_label, joules, number
 from gpubench.fmt import NOT_A_NUMBER as NA
+from gpubench.fmt import busy_text, dtype_label, joules, number
 from gpubench.report.format import explained_table, prose
-from gpubench.report.records import book_train, columns, model_rank, model_title
+from gpubench.report.inputs import book_train, columns, model_rank, model_title
 from gpubench.results import TELEMETRY_FIELDS, dtype_of, ok_records
 
 BUSY_LOW_PERCENT = 60  # below this the GPU mostly waits: on the input feed or on Python
@@ -49,30 +48,13 @@ def energy_cells(record: dict) -> list[str]:
         gpu, words = telemetry["energy_joules"] / epochs, " (all epochs' mean)"
     cpu = telemetry.get("cpu_energy_joules")
     cpu = cpu / epochs if cpu is not None and epochs else None
-
-    def per_joule(energy: float | None) -> str:
-        rate = (record.get("train_samples") or 0) / energy if energy and energy > 0 else 0
-        return number(rate, 1 if rate < 100 else 0) if rate else NA
-
+    rates = [(record.get("train_samples") or 0) / e if e and e > 0 else 0 for e in (gpu, cpu)]
+    per_joule = [number(rate, 1 if rate < 100 else 0) if rate else NA for rate in rates]
     watts, util = telemetry.get("power_watts_mean"), telemetry.get("cpu_util_percent_mean")
     return [NA if watts is None else f"{number(watts)} W",
-            NA if gpu is None else joules(gpu) + words, per_joule(gpu),
+            NA if gpu is None else joules(gpu) + words, per_joule[0],
             NA if util is None else f"{number(util)} %",
-            joules(cpu) if cpu is not None else NO_RAPL if epochs else NA, per_joule(cpu)]
-
-
-def energy_text(record: dict) -> str:
-    """All epochs' energy: the GPU's (NVML, on a GPU) and the CPU package's (RAPL), or why not."""
-    if not (telemetry := record.get("telemetry")):
-        return MISSING
-    gpu, cpu = telemetry.get("energy_joules"), telemetry.get("cpu_energy_joules")
-    how = {"counter": " (counter)", "power_integral": " (power x time)"}.get(
-        telemetry.get("energy_method"), "")
-    parts = [f"CPU {joules(cpu)} (RAPL)" if cpu is not None else f"CPU {NO_RAPL}"]
-    if record["device"].startswith("gpu"):
-        parts.insert(0, f"GPU {joules(gpu)}{how}" if gpu is not None
-                     else f"GPU {NA} ({telemetry.get('reason') or 'not measured'})")
-    return "; ".join(parts)
+            joules(cpu) if cpu is not None else NO_RAPL if epochs else NA, per_joule[1]]
 
 
 def diagnosis(record: dict) -> list[str]:
@@ -107,12 +89,10 @@ def _run_name(record: dict) -> str:
 def section(records: list[dict]) -> list[str]:
     """The "Telemetry" section: GPU busy, power, energy and CPU use, and what they say."""
     order, figures = columns(records), TELEMETRY_FIELDS[3:]  # after source, reason, partial
-    shown = sorted((r for r in book_train(ok_records(records, "train"))
-                    + ok_records(records, "scaling") if any(
-                        (r.get("telemetry") or {}).get(name) not in (None, [], False)
-                        for name in figures)),
-                   key=lambda r: (r["benchmark"] != "train", model_rank(r["model"]),
-                                  order.index(r["_column"]), r.get("replicas") or 0))
+    measured = [r for r in book_train(ok_records(records, "train")) + ok_records(records, "scaling")
+                if any((r.get("telemetry") or {}).get(n) not in (None, [], False) for n in figures)]
+    shown = sorted(measured, key=lambda r: (r["benchmark"] != "train", model_rank(r["model"]),
+                                            order.index(r["_column"]), r.get("replicas") or 0))
     if not shown:
         return []
     hot = [r for r in ok_records(records, "matmul") if (r.get("telemetry") or {}).get("throttled")]

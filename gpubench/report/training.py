@@ -1,33 +1,21 @@
-"""Training in the report: the book's table, the answer in words, mode warnings, unstable flags,
-the epoch-time chart; and one model across backends, with whether each pair is like for like."""
+"""Training in the report: the book's table, the answer in words, the chart; backends compared."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from gpubench import backends, params, plots, timing
 from gpubench.backends import backend_title
 from gpubench.fmt import MISSING, NOT_A_NUMBER, dtype_label, fmt, fmt_range, fmt_ratio, fmt_seconds
+from gpubench.report import inputs
 from gpubench.report.format import capped, explained_table, new_figure, prose
-from gpubench.report.records import (
-    backend_of,
-    backend_rank,
-    baselines,
-    book_train,
-    columns,
-    cpu_env,
-    loaded,
-    model_rank,
-    model_title,
-)
-from gpubench.report.telemetry import energy_text
+from gpubench.report.inputs import backend_of, book_train, columns, loaded, model_rank, model_title
 from gpubench.results import ok_records
 
 MODE_FIELDS = ("jit_compile", "precision", "batch_size", "steps_per_execution", "input_pipeline")
 TRAINING_HEADERS = ["model", "machine · env", "device", "mode", "epochs", "training images",
                     "total time", "steady epoch", "first epoch", "time saved vs CPU env",
-                    "speedup", "energy (all epochs)", "test accuracy", "data"]
+                    "speedup", "test accuracy", "data"]
 BACKEND_HEADERS = ["model", "machine", "device", "backend", "env", "mode", "steady epoch",
                    "images/s", "ratio", "like for like?"]
 TIMES = ("total_seconds", "steady_epoch_seconds", "first_epoch_seconds")  # the answer's figures
@@ -46,34 +34,32 @@ def mode(record: dict) -> dict[str, str]:
 
 def mode_differences(record: dict, other: dict) -> list[str]:
     """The mode fields in which two runs differ by what ran (eager PyTorch = TF with XLA off)."""
-    def key(r: dict, name: str):
-        return (r.get(name), bool(r.get("tf32"))) if name == "precision" else r.get(name)
-    return [name for name in MODE_FIELDS if key(record, name) != key(other, name)]
+    return [name for name in MODE_FIELDS if record.get(name) != other.get(name) or name ==
+            "precision" and bool(record.get("tf32")) != bool(other.get("tf32"))]
 
 
 def compared(records: list[dict]) -> list[tuple[dict, str | None, dict | None]]:
     """Each book train record in the table's order, its baseline column and that one's run."""
     runs = {(r["model"], r["_column"]): r for r in book_train(records)}
-    bases, order = baselines(records), columns(records)
+    bases, order = inputs.baselines(records), columns(records)
     return [(r, bases.get(column), runs.get((model, bases.get(column))))
             for (model, column), r in sorted(runs.items(), key=lambda item: (
                 model_rank(item[0][0]), order.index(item[0][1])))]
 
 
 def rows(records: list[dict]) -> list[list]:
-    """The book's table: per model and column, its mode, times, time saved, speedup, energy."""
+    """The book's table: per model and column, its mode, times, time saved and speedup."""
     found = []
     for r, base, b in compared(records):
-        source = r["data_source"] or "?"
         first = [model_title(r["model"]), r["_column"], r["device"], ", ".join(mode(r).values()),
                  fmt(r["epochs"], ""), fmt(r["train_samples"], ",")]
-        last = (r["dataset"] or "?") + (" **(synthetic)**" if source == "synthetic"
-                                        else f" ({source})")
+        last = f"{r['dataset'] or '?'} " + ("**(synthetic)**" if r["data_source"] == "synthetic"
+                                            else f"({r['data_source'] or '?'})")
         if r["status"] != "ok":
-            found.append(first + [r["status"].upper()] + [MISSING] * 6 + [last])
+            found.append(first + [r["status"].upper()] + [MISSING] * 5 + [last])
             continue
         if base is None:  # % time saved and speedup against the baseline's run `b`
-            cpu = cpu_env(backend_of(r))
+            cpu = inputs.cpu_env(backend_of(r))
             versus = ("baseline", "1.00x") if r["env"] == cpu else (
                 f"{NOT_A_NUMBER} (no {cpu} env)", MISSING)
         elif b is None:
@@ -88,14 +74,14 @@ def rows(records: list[dict]) -> list[list]:
         found.append(first + [
             fmt_seconds(r["total_seconds"]) + (f" (**loaded**: {loaded(r)})" if loaded(r) else ""),
             fmt_seconds(r["steady_epoch_seconds"]), fmt_seconds(r["first_epoch_seconds"]),
-            *versus, energy_text(r), fmt(r["test_accuracy"], ".3f"), last])
+            *versus, fmt(r["test_accuracy"], ".3f"), last])
     return found
 
 
 def _no_answer(records: list[dict], jobs: list[dict], r: dict, base: str | None,
                b: dict | None) -> str | None:  # why `r` has no answer against `base`, if so
     if base is None:
-        return f"no {cpu_env(backend_of(r))} env in these runs"
+        return f"no {inputs.cpu_env(backend_of(r))} env in these runs"
     if b is not None:
         if b["status"] != "ok":
             return f"its run there {b['status']}: {b.get('error') or ''}".rstrip(": ")
@@ -112,15 +98,14 @@ def answer_lines(records: list[dict], jobs: list[dict]) -> list[str]:
     """The answer in words per compared run: the total, the steady epochs and epoch 1's share."""
     lines = []
     for r, base, b in compared(records):
-        if r["status"] != "ok" or base is None and r["env"] == cpu_env(backend_of(r)):
+        if r["status"] != "ok" or base is None and r["env"] == inputs.cpu_env(backend_of(r)):
             continue
         head = f"- **{model_title(r['model'])}**, {r['_column']} against {base or 'a CPU env'}: "
         if why := _no_answer(records, jobs, r, base, b):
             lines.append(f"{head}no answer: {why}.")
             continue
         total, steady = (b[k] / r[k] for k in TIMES[:2])
-        faster = f"{fmt_ratio(steady)}x faster" if steady >= 1 else (
-            f"{fmt_ratio(1 / steady)}x slower")
+        faster = f"{fmt_ratio(max(steady, 1 / steady))}x {'faster' if steady >= 1 else 'slower'}"
         lines.append(head + prose(
             "answer", who="the GPU" if r["device"] != b["device"] else "this run", faster=faster,
             ours={k: fmt_seconds(r[k]) for k in TIMES}, epochs=r["epochs"],
@@ -154,7 +139,7 @@ def unstable(records: list[dict], how: tuple[str, str] | None = None, name=None)
     """A line per ok train record whose steady epochs spread over UNSTABLE_SPREAD, named so."""
     lines, how = [], how or ("steady epochs", prose("unstable epochs"))
     for r in ok_records(records, "train"):
-        spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or math.inf)
+        spread = (r.get("steady_epoch_iqr") or 0) / (r["steady_epoch_seconds"] or float("inf"))
         if spread > UNSTABLE_SPREAD:
             steady = timing.steady(r["epoch_seconds"] or []) or [r["steady_epoch_seconds"]]
             lines.append(f"- **unstable**: {r['_column']} "
@@ -166,8 +151,6 @@ def unstable(records: list[dict], how: tuple[str, str] | None = None, name=None)
 
 def plot_epoch_bars(records: list[dict], fig=None):
     """Grouped bars: steady-state epoch time (and epoch 1) per model, one bar per column."""
-    import numpy as np  # noqa: PLC0415
-
     runs = {(r["model"], r["_column"]): r for r in book_train(ok_records(records, "train"))}
     models = sorted({model for model, _ in runs}, key=model_rank)
     fig = plots.figure(fig, (4.5 * max(len(models), 1), 4.5))
@@ -176,15 +159,12 @@ def plot_epoch_bars(records: list[dict], fig=None):
         ran = [c for c in columns(records) if (model, c) in runs]  # no bar for a missing run
         steady = [runs[model, c].get("steady_epoch_seconds") or runs[model, c].get(
             "first_epoch_seconds") for c in ran]
-        x = np.arange(len(ran))
-        ax.bar(x - 0.2, [v or 0 for v in steady], width=0.4,
-               label=f"steady epoch (median of {timing.STEADY_EPOCHS})")
-        ax.bar(x + 0.2, [runs[model, c].get("first_epoch_seconds") or 0 for c in ran], width=0.4,
-               label="epoch 1 (incl. compiling)", alpha=0.6)
-        for xi, value in zip(x, steady, strict=True):
-            ax.annotate(fmt_seconds(value), (xi - 0.2, value or 0), ha="center", va="bottom",
-                        fontsize="small")
-        ax.set_xticks(x, ran, rotation=15, fontsize="small")
+        bars = ax.bar(ran, [v or 0 for v in steady], width=-0.4, align="edge",
+                      label=f"steady epoch (median of {timing.STEADY_EPOCHS})")
+        ax.bar(ran, [runs[model, c].get("first_epoch_seconds") or 0 for c in ran], width=0.4,
+               align="edge", label="epoch 1 (incl. compiling)", alpha=0.6)
+        ax.bar_label(bars, [fmt_seconds(v) for v in steady], fontsize="small")
+        ax.tick_params(axis="x", labelrotation=15, labelsize="small")
         ax.set(title=model_title(model), ylabel="seconds per epoch")
         ax.grid(True, axis="y", alpha=0.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2,
@@ -215,21 +195,12 @@ def section(records: list[dict], charts: dict | None, jobs: list[dict] = ()) -> 
     return lines
 
 
-def images_per_second(record: dict) -> float | None:
-    """A train record's images per second: its own rate, else train images over the steady epoch."""
-    steady = record.get("steady_epoch_seconds")
-    return record.get("samples_per_second") or (record["train_samples"] / steady if steady
-                                                else None)
-
-
 def like_for_like(record: dict, reference: dict) -> str:
     """"yes", or what differs between two runs by what ran (`mode_differences`), data size too."""
-    differ = mode_differences(record, reference)
-    ours, theirs = mode(record), mode(reference)
-    if record.get("train_samples") != reference.get("train_samples"):
-        differ.append("train_samples")
-        ours["train_samples"], theirs["train_samples"] = (
-            f"{fmt(r.get('train_samples'), ',')} images" for r in (record, reference))
+    ours, theirs = ({**mode(r), "train_samples": f"{fmt(r.get('train_samples'), ',')} images"}
+                    for r in (record, reference))
+    differ = mode_differences(record, reference) + ["train_samples"] * (
+        record.get("train_samples") != reference.get("train_samples"))
     if not differ:
         return "yes"
     text = ("**not like for like**: " + ", ".join(ours[n] for n in differ) + " against "
@@ -242,20 +213,19 @@ def like_for_like(record: dict, reference: dict) -> str:
 def backends_section(records: list[dict]) -> list[str]:
     """The "Backends" section: one model on one device of one machine across backends."""
     by_key: dict[tuple, list[dict]] = defaultdict(list)
-    for r in book_train(ok_records(records, "train")):
-        by_key[(r["_machine"], model_rank(r["model"]), r["device"])].append(r)
     order = columns(records)
-    if not (groups := [sorted(group, key=lambda r: (backend_rank(backend_of(r)),
-                                                     order.index(r["_column"])))
-                       for _, group in sorted(by_key.items())
-                       if len({backend_of(r) for r in group}) > 1]):
+    for r in sorted(book_train(ok_records(records, "train")), key=lambda r: (
+            inputs.backend_rank(backend_of(r)), order.index(r["_column"]))):
+        by_key[(r["_machine"], model_rank(r["model"]), r["device"])].append(r)
+    if not (groups := [g for _, g in sorted(by_key.items()) if len({*map(backend_of, g)}) > 1]):
         return []
     found = []
     for group in groups:
         first = [r for r in group if backend_of(r) == backend_of(group[0])]
         for r in group:
             reference = next((x for x in first if not mode_differences(x, r)), first[0])
-            rate, theirs = images_per_second(r), images_per_second(reference)
+            rate, theirs = (x.get("samples_per_second") or x["steady_epoch_seconds"] and  # images/s
+                            x["train_samples"] / x["steady_epoch_seconds"] for x in (r, reference))
             version = r["environment"].get("backend_version") or r["environment"].get(
                 backend_of(r))
             found.append([model_title(r["model"]), r["_machine"], r["device"],
@@ -266,7 +236,7 @@ def backends_section(records: list[dict]) -> list[str]:
                           "1.00x (reference)" if r is reference
                           else f"{fmt_ratio(rate / theirs)}x" if rate and theirs else MISSING,
                           MISSING if r is reference else like_for_like(r, reference)])
-    names = sorted({backend_of(r) for group in groups for r in group}, key=backend_rank)
+    names = sorted({backend_of(r) for group in groups for r in group}, key=inputs.backend_rank)
     return [f"## Backends: {' vs '.join(backend_title(n) for n in names)}", "",
             prose("backends", first=backend_title(names[0])), "",
             *explained_table(BACKEND_HEADERS, found)]

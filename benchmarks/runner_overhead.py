@@ -34,7 +34,7 @@ MANIFEST = {"run_id": "runner-overhead", "profile": "quick", "params": {}}
 
 def via_runner(name: str, work: Path) -> float:
     """Wall time of the runner executing the notebook in the kernel, as `gpubench run` does."""
-    job = runner.manifest.Job("cpu", name)
+    job = runner.targets.Job("cpu", name)
     work = Path(tempfile.mkdtemp(dir=work))  # a fresh results.jsonl: the job's records are checked
     runner.loop.execute(job, work, dict(MANIFEST), [job])  # claims its attempt in work/run.json
     if job.status != "ok":
@@ -45,7 +45,7 @@ def via_runner(name: str, work: Path) -> float:
 def as_script(name: str, work: Path) -> str:
     """The notebook's code cells as one script, the runner's parameters after its parameters."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    params = runner.loop.job_parameters(runner.manifest.Job("cpu", name), work, MANIFEST)
+    params = runner.loop.job_parameters(runner.targets.Job("cpu", name), work, MANIFEST)
     lines = ["from IPython.display import display"]
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -69,7 +69,7 @@ def direct(name: str, work: Path) -> float:
 def kernel_start() -> float:
     """Start the gpubench-cpu kernel, run `1`, shut it down."""
     start = time.perf_counter()
-    manager = KernelManager(kernel_name=KERNEL, **runner.kernels.kernel_config())
+    manager = KernelManager(kernel_name=KERNEL, config=runner.kernels.ENCRYPTED)
     manager.start_kernel()
     client = manager.client()
     client.start_channels()

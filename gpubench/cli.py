@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 
 from gpubench import __version__, backends, envs, machine, results, rundir, runner
-from gpubench.runner import Stop, signals_stop_the_run
+from gpubench.envs import create  # stdlib-only at import, as this module is
+from gpubench.rundir import Stop, signals_stop_the_run
 
 
 def names(text: str) -> list[str]:
@@ -64,35 +65,29 @@ def main(argv: list[str] | None = None) -> int:
         with signals_stop_the_run():
             return COMMANDS[args.command](args)
     except KeyboardInterrupt:  # a run says how to resume it itself; anything else stops here
-        print(f"gpubench {args.command}: interrupted by {Stop.reason or 'Ctrl-C'}",
-              file=sys.stderr)
+        print(f"gpubench {args.command}: interrupted by {Stop.reason or 'Ctrl-C'}", file=sys.stderr)
         return 130
     except ModuleNotFoundError as exc:  # started by a Python without gpubench's dependencies
         if (exc.name or "gpubench").split(".")[0] == "gpubench":
             raise  # gpubench's own module: a bug, not a missing dependency
-        print(f"gpubench {args.command}: {missing_module(exc, args.command)}",
-              file=sys.stderr)
+        print(f"gpubench {args.command}: {missing_module(exc, args.command)}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"gpubench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a read-only or full disk, a folder where a file should be
-        print(f"gpubench {args.command}: error: {os_problem(exc)}", file=sys.stderr)
+        path = exc.filename or "a file"
+        why = f"{path}: {exc.strerror or exc}"
+        if exc.errno == errno.EISDIR:
+            why = f"{path} is a folder, where gpubench expects a file; move it away"
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            why = (f"cannot write {path}: {results.write_problem(exc)}; free some space or "
+                   "choose a writable folder")
+        print(f"gpubench {args.command}: error: {why}", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # envs.EnvError and the GPU guard: a setup problem, said plainly
         print(f"gpubench {args.command}: {exc}", file=sys.stderr)
         return 1
-
-
-def os_problem(exc: OSError) -> str:
-    """An OSError in words, naming the file and whether writing it failed."""
-    path = exc.filename or "a file"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-        return (f"cannot write {path}: {results.write_problem(exc)}; free some space or choose "
-                "a writable folder")
-    if exc.errno == errno.EISDIR:
-        return f"{path} is a folder, where gpubench expects a file; move it away"
-    return f"{path}: {exc.strerror or exc}"
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -120,8 +115,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _envs(args: argparse.Namespace) -> int:
     if args.driver is not None:
-        from gpubench.envs import create  # noqa: PLC0415 - only `envs --driver` and `setup`
-
         print(create.driver_python(env=args.driver or None))
     else:
         envs.use_checkout_kernels()
@@ -129,56 +122,34 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup(args: argparse.Namespace) -> int:
-    from gpubench.envs import create  # noqa: PLC0415 - only `envs --driver` and `setup`
-
-    return create.setup(gpu=args.gpu, backends=args.backends)
-
-
-def _scaling(args: argparse.Namespace) -> int:
-    from gpubench import scaling  # noqa: PLC0415 - loads what its workers need
-
-    return scaling.cli_main(args)
-
-
-def found() -> dict:
-    """What `doctor --json` prints: environment, devices, env, checkout, GPU diagnosis."""
-    from gpubench import devices  # noqa: PLC0415 - loads Keras
-
-    info = {**results.environment_snapshot(), "devices": devices.list_devices(),
-            "env": results.default_env_name(), "gpubench": __version__,
-            "checkout": str(machine.project_root()),
-            "tensorflow_importable": importlib.util.find_spec("tensorflow") is not None}
-    try:
-        devices.check_gpu()
-    except devices.GPUNotAvailableError as exc:
-        info["diagnosis"] = str(exc)
-    return info
-
-
-def _failed(exc: Exception) -> dict:
-    why = (missing_module(exc, "doctor") if isinstance(exc, ModuleNotFoundError)
-           else f"{type(exc).__name__}: {exc}")
-    return {"error": why, "gpubench": __version__, "checkout": str(machine.project_root()),
-            "python": sys.executable}
-
-
 def doctor(gpu: bool, as_json: bool) -> int:
     """`gpubench doctor` (`as_json`: one line of JSON, whatever fails); 1 for `gpu` and none."""
+    try:  # as JSON, a framework's print must not get into the document
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            backends.requested()
+            from gpubench import devices  # noqa: PLC0415 - loads Keras
+
+            info = {**results.environment_snapshot(), "devices": devices.list_devices(),
+                    "env": results.default_env_name(), "gpubench": __version__,
+                    "checkout": str(machine.project_root()),
+                    "tensorflow_importable": importlib.util.find_spec("tensorflow") is not None}
+            try:
+                devices.check_gpu()
+            except devices.GPUNotAvailableError as exc:
+                info["diagnosis"] = str(exc)
+    except Exception as exc:  # as JSON: one document, whatever fails
+        if not as_json:
+            raise
+        why = (missing_module(exc, "doctor") if isinstance(exc, ModuleNotFoundError)
+               else f"{type(exc).__name__}: {exc}")
+        print(json.dumps({"error": why, "gpubench": __version__, "python": sys.executable,
+                          "checkout": str(machine.project_root())}))
+        return 2 if isinstance(exc, ValueError) else 1
     if as_json:
-        try:  # a framework's print must not get into the JSON document
-            with contextlib.redirect_stdout(sys.stderr):
-                backends.requested()
-                info = found()
-        except Exception as exc:  # noqa: BLE001 - one JSON document, whatever fails
-            print(json.dumps(_failed(exc)))
-            return 2 if isinstance(exc, ValueError) else 1
         print(json.dumps(info, default=str))
         return 1 if gpu and "diagnosis" in info else 0
-    backends.requested()
     from gpubench import chapter  # noqa: PLC0415
 
-    info = found()
     shown = ("devices", "env", "tensorflow_importable", "diagnosis", "gpubench", "checkout")
     print(chapter.describe_environment({k: v for k, v in info.items() if k not in shown}))
     backend = info.get("backend") or "the backend"
@@ -204,8 +175,6 @@ def missing_module(exc: ModuleNotFoundError, command: str) -> str:
         use = (f"{envs.setup_command(env)} makes a {title} env (kernel "
                f"{backends.kernel_name(env)})")
     else:
-        from gpubench.envs import create  # noqa: PLC0415 - only for this hint
-
         try:
             driver = create.driver_python()
         except Exception:  # noqa: BLE001 - no env yet, or conda broken: `make setup` is the way
@@ -221,5 +190,7 @@ def missing_module(exc: ModuleNotFoundError, command: str) -> str:
     return f"{title} is not installed in {python}, and KERAS_BACKEND is {asked}; {use}; or {other}"
 
 
-COMMANDS = {"run": _run, "report": _report, "envs": _envs, "setup": _setup, "scaling": _scaling,
+COMMANDS = {"run": _run, "report": _report, "envs": _envs,
+            "setup": lambda args: create.setup(gpu=args.gpu, backends=args.backends),
+            "scaling": lambda args: importlib.import_module("gpubench.scaling").cli_main(args),
             "doctor": lambda args: doctor(args.gpu, args.json)}

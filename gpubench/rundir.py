@@ -1,11 +1,10 @@
 """A run directory: its file names, the lock that keeps it to one process (run.lock, dropped by
-the OS when its holder dies), writes that never leave a half-written file, and the removal of
-what dead processes left there: their temp files and their kernels' connection files."""
+the OS when its holder dies), writes that never leave a half-written file, the removal of what
+dead processes left there; a run's Ctrl-C and SIGTERM, its children's tie to it; its records."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shlex
@@ -13,11 +12,9 @@ import signal
 import sys
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 try:
     import fcntl
@@ -82,11 +79,6 @@ def temp_of(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.tmp")
 
 
-def connection_file(run_dir: Path) -> str:
-    """A new kernel connection file in `run_dir`, named as this process's temp files are."""
-    return str(temp_of(Path(run_dir).resolve() / f"{KERNEL[1:]}{uuid.uuid4().hex[:12]}.json"))
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -136,6 +128,43 @@ def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
     return target
 
 
+class Stop:
+    """What the Ctrl-C / SIGTERM handler saw, and the running kernels' provisioners."""
+
+    reason: str | None = None
+    kernels: list = []
+
+
+def _on_signal(signum: int, frame) -> None:
+    """First Ctrl-C / SIGTERM: interrupt the kernel, stop after it; a second (or no kernel): now."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    pids = [k.pid for k in Stop.kernels if getattr(k, "pid", None)]
+    if Stop.reason is not None or not pids:
+        Stop.reason = Stop.reason or name
+        raise KeyboardInterrupt
+    Stop.reason = name
+    for pid in pids:  # SIGINT, as KernelManager.interrupt_kernel sends
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+    os.write(sys.stderr.fileno(), f"\n{name}: interrupting the notebook so it keeps what it "
+             f"measured; {name} again stops at once\n".encode())
+
+
+@contextlib.contextmanager
+def signals_stop_the_run():
+    """Route SIGINT and SIGTERM to _on_signal while the block runs (main thread only)."""
+    Stop.reason, Stop.kernels = None, []
+    saved = {}
+    with contextlib.suppress(ValueError):  # not the main thread: keep Python's defaults
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, _on_signal)
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 def _pdeathsig() -> Callable[..., int]:  # bound before a fork: nothing is imported after it
     import ctypes  # noqa: PLC0415 - only where a process is tied to its parent
 
@@ -168,8 +197,6 @@ def die_with_parent() -> Callable[[], None] | None:
     return lambda: tie_to_parent(parent, prctl)
 
 
-# ---------------------------------------------------------------- reading results.jsonl
-
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some editors put first
 NAMED_UNREADABLE = 5  # unreadable lines named one by one (file:line); the rest are counted
 MAX_LINE_BYTES = 16 * 2**20  # far above any record; a longer line is read past, never kept
@@ -182,18 +209,6 @@ def skipped(message: str, problems: list[str] | None = None) -> None:
         problems.append(message)
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
-    for number in itertools.count(1):  # one line in memory at a time; None for a long one
-        if not (line := handle.readline(MAX_LINE_BYTES + 1)):
-            return
-        if len(line) > MAX_LINE_BYTES:
-            while line and not line.endswith(b"\n"):  # read past the rest, in chunks
-                line = handle.readline(2**20)
-            yield number, None
-        elif line.strip():
-            yield number, line.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
-
-
 def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                  origin: bool = False) -> list[dict]:
     """The records of `iter_records`, as a list."""
@@ -202,21 +217,27 @@ def read_records(path: str | os.PathLike, problems: list[str] | None = None, *,
 
 def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
                  origin: bool = False) -> Iterator[dict]:
-    """Records of a results.jsonl (or RUN_DIR's) as the file is read; a line that is not UTF-8,
-    JSON or a valid record is skipped, the first NAMED_UNREADABLE named in a warning (and in
-    `problems`), the rest counted. `origin` adds "_origin": "FILE:LINE" to each record."""
+    """Records of a results.jsonl (or RUN_DIR's) as read, with "_origin" FILE:LINE if `origin`; an
+    unreadable line is skipped, the first NAMED_UNREADABLE named (warned, in `problems`), the rest
+    counted."""
     path = Path(path) / results.RESULTS_FILE if Path(path).is_dir() else Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results at {str(path)!r}; run `gpubench run` first")
     unreadable, last, environment = 0, 0, None
     try:
-        with path.open("rb") as handle:
-            for number, line in _lines(handle):
+        with path.open("rb") as handle:  # one line in memory at a time
+            lines = iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b"")
+            for number, line in enumerate(lines, start=1):
                 try:
-                    if line is None:
+                    if len(line) > MAX_LINE_BYTES:
+                        while line and not line.endswith(b"\n"):  # read past the rest
+                            line = handle.readline(2**20)
                         raise ValueError(f"a line longer than {MAX_LINE_BYTES:,} bytes, not a "
                                          "record gpubench writes")
-                    record = results.parse_line(line)
+                    if not line.strip():
+                        continue
+                    record = results.parse_line(line.rstrip(b"\r\n").removeprefix(
+                        BOM if number == 1 else b""))
                 except ValueError as exc:
                     unreadable, last = unreadable + 1, number
                     if unreadable <= NAMED_UNREADABLE:

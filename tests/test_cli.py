@@ -36,8 +36,9 @@ def _run_dir(path: Path, jobs: list[dict] | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     jobs = jobs or [{"env": "cpu", "notebook": "performanceTest", "status": "pending"}]
     (path / rundir.MANIFEST).write_text(json.dumps({
-        "schema": 1, "run_id": "r1", "profile": "quick", "created": "now",
-        "params": {"*": {"sizes": [64], "repeats": 1}}, "jobs": jobs}))
+        "schema": 2, "run_id": "r1", "profile": "quick", "created": "now",
+        "params": {"*": {"sizes": [64], "repeats": 1}}, "jobs": jobs,
+        "envs": {j["env"]: {"how": "env", "kernel": f"gpubench-{j['env']}"} for j in jobs}}))
     return path
 
 
@@ -71,9 +72,9 @@ def test_p_is_checked_against_the_notebook_file_that_will_run(tmp_path, monkeypa
     monkeypatch.setattr(params, "notebooks_dir", lambda: copy)
     given = runner.targets.parse_params(["Mnist_MLP_h1000:run_note=tried"])
     runner.targets.check_params(given, ["Mnist_MLP_h1000"])
-    job = runner.manifest.Job("cpu", "Mnist_MLP_h1000")
-    assert runner.loop.job_parameters(job, tmp_path, {"profile": "quick", "params": given})[
-        "run_note"] == "tried"
+    job = runner.targets.Job("cpu", "Mnist_MLP_h1000")
+    manifest = {"profile": "quick", "params": given, "envs": {"cpu": {"kernel": "gpubench-cpu"}}}
+    assert runner.loop.job_parameters(job, tmp_path, manifest)["run_note"] == "tried"
 
 
 def test_parameter_of_one_notebook_is_checked_against_it(capsys, tmp_path):
@@ -164,6 +165,18 @@ def test_resume_checks_run_json_field_by_field(capsys, tmp_path, monkeypatch, ch
     assert code == 2 and field in err, err
     assert "start a new run with `gpubench run`" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_resume_of_a_run_json_without_envs_names_the_field(capsys, tmp_path, monkeypatch):
+    """An older run.json (schema 1, without "envs") is not resumed: exit 2 naming envs.ENV."""
+    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
+    run_dir = _run_dir(tmp_path / "r")
+    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    del manifest["envs"]
+    (run_dir / rundir.MANIFEST).write_text(json.dumps({**manifest, "schema": 1}))
+    code, _, err = _main(capsys, "run", "--resume", str(run_dir))
+    assert code == 2 and "run.json: envs.cpu is null: it must say how the env is reached" in err
+    assert "start a new run with `gpubench run`" in err and "Traceback" not in err
 
 
 def test_resume_of_a_missing_notebook_names_it(capsys, tmp_path, monkeypatch):
@@ -271,11 +284,11 @@ def test_simultaneous_new_runs_cannot_both_create_it(tmp_path, monkeypatch):
     first, second = contextlib.ExitStack(), contextlib.ExitStack()
     with first, second:
         targets = {"cpu": runner.targets.Target(kernel="gpubench-cpu")}
-        runner.manifest.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
-        monkeypatch.setattr(runner.manifest, "check_new_out", lambda path: None)  # it looked too early
+        runner.loop.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, first)
+        monkeypatch.setattr(runner.loop, "check_new_out", lambda path: None)  # it looked too early
         with pytest.raises(rundir.UsageError,
                            match=f"in use by another gpubench run \\(PID {os.getpid()}\\)"):
-            runner.manifest.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
+            runner.loop.new_run(str(run_dir), "quick", targets, ["performanceTest"], {}, second)
 
 
 # ---- a job: attempt, records on disk, errors
@@ -326,16 +339,17 @@ def _record(path: str, attempt: int, env: str = "cpu", notebook: str = "performa
         fh.write(json.dumps(record) + "\n")
 
 
-MANIFEST = {"run_id": "r1", "profile": "quick", "params": {}}
+MANIFEST = {"run_id": "r1", "profile": "quick", "params": {},
+            "envs": {"cpu": {"kernel": "gpubench-cpu"}}}
 
 
-def _execute(job: runner.manifest.Job, run_dir: Path, manifest: dict | None = None) -> None:
+def _execute(job: runner.targets.Job, run_dir: Path, manifest: dict | None = None) -> None:
     runner.loop.execute(job, run_dir, dict(manifest or MANIFEST), [job])
 
 
 def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, monkeypatch):
     seen = _fake_papermill(monkeypatch, write=_record)
-    job = runner.manifest.Job("cpu", "performanceTest")
+    job = runner.targets.Job("cpu", "performanceTest")
     for attempt in (1, 2):
         _execute(job, tmp_path)
         assert (job.status, job.attempt) == ("ok", attempt)
@@ -350,7 +364,7 @@ def test_each_execution_is_a_new_attempt_in_the_kernels_environment(tmp_path, mo
 
 def test_a_notebook_without_records_on_disk_fails(tmp_path, monkeypatch):
     _fake_papermill(monkeypatch, write=lambda path, attempt, env: _record(path, attempt - 1))
-    job = runner.manifest.Job("cpu", "performanceTest", attempt=1)
+    job = runner.targets.Job("cpu", "performanceTest", attempt=1)
     _execute(job, tmp_path)
     assert job.status == "failed" and job.attempt == 2
     assert "holds no readable record of it (attempt 2)" in job.error
@@ -362,7 +376,7 @@ def test_a_cut_off_record_does_not_count(tmp_path, monkeypatch):
             fh.write('{"env": "cpu", "notebook": "performanceTest", "attem')
 
     _fake_papermill(monkeypatch, write=cut)
-    job = runner.manifest.Job("cpu", "performanceTest")
+    job = runner.targets.Job("cpu", "performanceTest")
     with warnings.catch_warnings():  # the report warns of a skipped line, once; the job does not
         warnings.simplefilter("error")
         _execute(job, tmp_path)
@@ -376,7 +390,7 @@ def test_a_full_disk_in_the_notebook_fails_the_job_saying_so(tmp_path, monkeypat
                    "free some space (or make it writable) and resume the run")
     _fake_papermill(monkeypatch, raise_error=papermill.PapermillExecutionError(
         3, 1, "store.append(record)", "ResultsWriteError", store_error, []))
-    job = runner.manifest.Job("cpu", "performanceTest")
+    job = runner.targets.Job("cpu", "performanceTest")
     _execute(job, tmp_path)
     assert job.status == "failed" and "the disk is full" in job.error
     assert f"{tmp_path}/results.jsonl" in job.error
@@ -441,13 +455,13 @@ def test_report_help_says_what_it_reads_and_writes(capsys):
     ("quick", [], {"virtual_devices": 2}), ("full", [], None),
     ("full", ["Multi_GPU_Scaling"], {"virtual_devices": 2})])
 def test_multi_gpu_scaling_rule_in_a_cpu_env(profile, named, expected, tmp_path):
-    job = runner.manifest.Job("cpu", "Multi_GPU_Scaling")
+    job = runner.targets.Job("cpu", "Multi_GPU_Scaling")
     targets = {"cpu": runner.targets.Target(kernel="gpubench-cpu", devices=["cpu"])}
     runner.loop.plan([job], {"profile": profile, "named": named}, targets, {})
     assert job.extra == expected
     assert job.status == ("skipped" if expected is None else "pending")
     if expected:
-        manifest = {"profile": profile, "params": {}}
+        manifest = {"profile": profile, "params": {}, "envs": {"cpu": {"kernel": "gpubench-cpu"}}}
         assert runner.loop.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 2
         manifest["params"] = {"Multi_GPU_Scaling": {"virtual_devices": 4}}  # the user's -p wins
         assert runner.loop.job_parameters(job, tmp_path, manifest)["virtual_devices"] == 4
@@ -502,7 +516,7 @@ def test_here_runs_in_a_kernel_of_this_python(capsys, tmp_path, monkeypatch, no_
     assert seen[0]["KERAS_BACKEND"] == "jax" and seen[0]["params"]["env_name"] == "jax-cpu"
     assert str(REPO) in seen[0]["PYTHONPATH"].split(os.pathsep)
     manifest = json.loads((out / rundir.MANIFEST).read_text())
-    assert manifest["schema"] == runner.manifest.MANIFEST_SCHEMA
+    assert manifest["schema"] == runner.targets.MANIFEST_SCHEMA
     assert manifest["envs"]["jax-cpu"] == {
         "how": "here", "kernel": None, "python": sys.executable, "backend": "jax",
         "devices": ["cpu"], "tensorflow_importable": False, "diagnosis": None}
@@ -622,7 +636,8 @@ def test_a_kernel_pins_its_backend_whatever_the_shell_says(capsys, tmp_path, mon
     """KERAS_BACKEND in the shell does not reach a gpubench-ENV kernel: its spec sets it."""
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     _kernel(tmp_path, monkeypatch, "gpubench-cpu", env={"KERAS_BACKEND": "tensorflow"})
-    targets, _ = runner.targets.for_new_run(["cpu"], False, None, ["performanceTest"], {})
+    targets = runner.targets.standard(["cpu"])
+    runner.targets.find_problems(targets, ["performanceTest"], {}, named=True)
     assert targets["cpu"].backend == "tensorflow"
 
 
@@ -681,18 +696,6 @@ def test_a_gpu_env_that_sees_no_gpu(capsys, tmp_path, monkeypatch, no_report):
     jobs = {j["env"]: j for j in json.loads((tmp_path / "r" / rundir.MANIFEST).read_text())["jobs"]}
     assert code == 1 and jobs["gpu"]["status"] == "failed" and jobs["cpu"]["status"] == "ok"
     assert "FAILED env gpu: Diagnosis: the driver is broken." in stdout and len(seen) == 1
-
-
-@pytest.mark.parametrize("item", ["device=gpu", "Mnist_CNN:device=/GPU:0",
-                                  'performanceTest:devices=["cpu","gpu:1"]'])
-def test_a_gpu_the_env_does_not_have_exits_2(capsys, tmp_path, monkeypatch, item):
-    monkeypatch.delenv("KERAS_BACKEND", raising=False)
-    monkeypatch.setattr(runner.loop, "execute", lambda *a: pytest.fail("a kernel was started"))
-    code, _, err = _main(capsys, "run", "--envs", "cpu", "--notebooks",
-                         "performanceTest,Mnist_CNN", "--out", str(tmp_path / "r"), "-p", item)
-    name = item.split(":", 1)[-1].split("=")[0] if ":" in item.split("=")[0] else "device"
-    assert code == 2 and f"-p {name}=" in err and "env cpu has no GPU" in err, err
-    assert "tensorflow there sees cpu" in err and not (tmp_path / "r").exists()
 
 
 def test_tf_data_where_tensorflow_cannot_be_imported_exits_2(capsys, tmp_path, monkeypatch):
@@ -1016,7 +1019,7 @@ def test_doctor_json_is_one_document_whatever_fails():
 def test_multi_gpu_scaling_runs_on_every_backend_however_the_env_is_reached(tmp_path, how):
     """Each backend has a data-parallel path: on a PyTorch CPU env, reached by `--here` or as a
     gpubench-ENV kernel, a quick run plans Multi_GPU_Scaling on 2 virtual CPU devices."""
-    job = runner.manifest.Job("torch-cpu", "Multi_GPU_Scaling")
+    job = runner.targets.Job("torch-cpu", "Multi_GPU_Scaling")
     targets = {"torch-cpu": runner.targets.Target(how=how, kernel="k", python="p", backend="torch",
                                           devices=["cpu"])}
     runner.loop.plan([job], {"profile": "quick"}, targets, {})

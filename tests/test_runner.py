@@ -257,13 +257,12 @@ nb.cells = [nbformat.v4.new_code_cell(
     "model.summary()")]
 folder = Path(sys.argv[1])
 nbformat.write(nb, folder / "in.ipynb")
-plain = runner.kernels.kernel_config() and {"config": Config(
-    {"KernelManager": {"transport_encryption": "disabled"}})}  # ipykernel's notice is logged
+plain = Config({"KernelManager": {"transport_encryption": "disabled"}})  # ipykernel's notice
 papermill.execute_notebook(
     str(folder / "in.ipynb"), str(folder / "out.ipynb"), kernel_name=runner.kernels.HERE_KERNEL,
     kernel_manager_class=runner.kernels.kernel_manager_class({"KERAS_BACKEND": "tensorflow"},
                                                      sys.executable),  # as --here makes it
-    progress_bar=False, **(plain or {}))
+    progress_bar=False, config=plain)
 """
 
 
@@ -302,7 +301,6 @@ def test_the_runners_kernel_specs_name_its_registered_provisioner(tmp_path):
     from gpubench import runner
     from gpubench.runner.kernels import RunnerProvisioner
 
-    runner.kernels.register_provisioner()
     manager = runner.kernels.kernel_manager_class({"GPUBENCH_ATTEMPT": "3"}, sys.executable)(
         kernel_name=runner.kernels.HERE_KERNEL)
     assert manager.kernel_spec.metadata["kernel_provisioner"] == {
@@ -347,7 +345,7 @@ def test_a_checkout_on_sys_path_without_the_entry_point_still_gets_the_provision
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
     monkeypatch.setattr(KernelProvisionerFactory, "provisioners", {})
-    runner.kernels.register_provisioner()
+    runner.kernels.kernel_manager_class()  # registers it
     entry = KernelProvisionerFactory.provisioners[runner.kernels.PROVISIONER]
     assert entry.load() is RunnerProvisioner
 

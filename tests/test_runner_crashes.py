@@ -27,8 +27,8 @@ def _prepared_run(path: Path, params: dict, notebook: str = "performanceTest") -
     """A run directory whose one job has not run yet, as `gpubench run` leaves it after a crash."""
     path.mkdir(parents=True)
     (path / "run.json").write_text(json.dumps({
-        "schema": 1, "run_id": "20261203T000000Z-test00", "profile": "quick", "created": "now",
-        "params": {"*": params},
+        "schema": 2, "run_id": "20261203T000000Z-test00", "profile": "quick", "created": "now",
+        "params": {"*": params}, "envs": {"cpu": {"how": "env", "kernel": "gpubench-cpu"}},
         "jobs": [{"env": "cpu", "notebook": notebook, "status": "pending", "seconds": None,
                   "error": None, "attempt": 0}]}))
     return path

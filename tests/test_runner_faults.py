@@ -27,7 +27,8 @@ def _run_dir(path: Path, notebooks=("performanceTest", "Mnist_MLP_h1000"), **fie
     (path / rundir.MANIFEST).write_text(json.dumps({
         "schema": 2, "run_id": "r1", "profile": "quick", "created": "now", "params": {},
         "jobs": [{"env": "cpu", "notebook": nb, "status": "pending", "attempt": 0}
-                 for nb in notebooks], **fields}))
+                 for nb in notebooks], "envs": {"cpu": {"how": "env", "kernel": "gpubench-cpu"}},
+        **fields}))
     return path
 
 
@@ -89,13 +90,12 @@ def test_resume_names_each_wrong_type_in_run_json(capsys, tmp_path, monkeypatch,
 
 def test_run_json_schema_is_valid_and_declares_what_the_runner_writes():
     """gpubench/schemas/run.schema.json is a draft 2020-12 schema whose job and env entries are
-    the fields of runner.manifest.Job and of Target, and whose statuses are the runner's."""
+    the fields of runner.targets.Job and of Target, and whose statuses are the runner's."""
     from dataclasses import asdict, fields
 
     import jsonschema
 
-    from gpubench.runner.manifest import MANIFEST_SCHEMA, RUN_SCHEMA, Job
-    from gpubench.runner.targets import Target
+    from gpubench.runner.targets import MANIFEST_SCHEMA, RUN_SCHEMA, Job, Target
 
     jsonschema.Draft202012Validator.check_schema(RUN_SCHEMA)
     job, target = RUN_SCHEMA["$defs"]["job"], RUN_SCHEMA["$defs"]["target"]
@@ -201,7 +201,7 @@ def test_a_job_makes_no_temp_folder_a_killed_runner_would_leave(tmp_path, monkey
     run_dir = _run_dir(tmp_path / "r", envs={"cpu": {
         "how": "here", "python": sys.executable, "backend": "tensorflow", "devices": ["cpu"]}})
     manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
-    jobs = runner.manifest.check_manifest(manifest, run_dir / rundir.MANIFEST)
+    jobs = runner.targets.check_manifest(manifest, run_dir / rundir.MANIFEST)
     runner.loop.execute(jobs[0], run_dir, manifest, jobs)
     assert seen == [(runner.kernels.HERE_KERNEL, sys.executable, [])]
     assert (jobs[0].status, jobs[0].error) == ("failed", "RuntimeError: Kernel died")
@@ -287,7 +287,7 @@ def test_a_jobs_connection_file_is_in_the_run_dir_and_removed_however_the_job_en
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
     run_dir = _run_dir(tmp_path / "r")
     manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
-    jobs = runner.manifest.check_manifest(manifest, run_dir / rundir.MANIFEST)
+    jobs = runner.targets.check_manifest(manifest, run_dir / rundir.MANIFEST)
     runner.loop.execute(jobs[0], run_dir, manifest, jobs)
     assert seen["file"].parent == run_dir.resolve() and seen["there"] and seen["tmp"] == []
     assert seen["file"].name.startswith(".kernel-")

@@ -8,7 +8,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -32,14 +31,13 @@ def display_name(env: str) -> str:
 
 def install_source() -> str:
     """Where pip installed gpubench from (PEP 610's direct_url.json), else "gpubench"."""
-    found = [d.read_text("direct_url.json") for d in importlib.metadata.distributions(
-        name="gpubench")]  # an egg-info of a build in the checkout has none
-    try:
-        url = next((json.loads(text).get("url", "") for text in found if text), "")
-    except (ValueError, AttributeError):
-        url = ""
-    path = urllib.parse.unquote(urllib.parse.urlparse(url).path) if url.startswith("file:") else ""
-    return path if path and Path(path).exists() else "gpubench"
+    for dist in importlib.metadata.distributions(name="gpubench"):  # a build's egg-info has none
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            url = json.loads(dist.read_text("direct_url.json"))["url"]
+            path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+            if url.startswith("file:") and Path(path).exists():
+                return path
+    return "gpubench"
 
 
 def pip_install(extra: str) -> str:
@@ -110,10 +108,9 @@ def probe_python(argv: list[str], env: dict | None = None, timeout: float = 120)
         return {"error": f"{argv[0] if argv else 'an empty command'} does not run ({exc})"}
     except subprocess.TimeoutExpired:
         return {"error": f"`{shlex.join(cmd)}` gave no answer within {timeout:g} s"}
-    for start in re.finditer(r"^\{", done.stdout, re.M):  # a library may print before it
+    for line in done.stdout.splitlines():  # its one line; a library may print before it
         with contextlib.suppress(ValueError):
-            if isinstance(doc := json.JSONDecoder().raw_decode(done.stdout, start.start())[0],
-                          dict):
+            if isinstance(doc := json.loads(line), dict):
                 return {"error": None, **doc}
     said = (done.stderr.strip() or done.stdout.strip()).splitlines()
     if any("No module named gpubench" in line for line in said):
@@ -142,26 +139,6 @@ def probe_env(env: str, timeout: float = 120) -> dict:
             "backend_version": info.get("backend_version") or info.get(str(info.get("backend")))}
 
 
-def _warnings(info: dict) -> list[str]:
-    if info["error"]:
-        return [f"ERROR: {info['kernel']}: {info['error']}"]
-    warning, lines = f"WARNING: {info['kernel']}: ", []
-    expected, backend = backends.env_backend(info["env"]), info.get("backend")
-    if backend and backend != expected:
-        lines.append(warning + f"runs Keras on {backend}, not {expected}; register it "
-                     f"again with {setup_command(info['env'])}")
-    if backends.is_gpu_env(info["env"]) and not info["gpus"]:
-        why = (info.get("diagnosis") or "").strip() or "run `gpubench doctor` in that env"
-        lines.append(warning + f"GPU env, but {backend or expected} sees no GPU: {why} "
-                     f"(`{info['executable']} -m gpubench doctor`)")
-    ours, root, theirs = machine.checkout(), machine.project_root(), info.get("checkout")
-    if theirs and Path(theirs) != root:
-        lines.append(warning + f"runs the gpubench of {theirs}, not this one ({root}); "
-                     + (f"run `make setup` in {ours}" if ours else
-                        "`gpubench run --here` runs in this Python instead"))
-    return lines
-
-
 def envs_report() -> str:
     """The `gpubench envs` table of the gpubench kernels, then how to fix each missing one."""
     specs = kernel_specs()
@@ -188,5 +165,20 @@ def envs_report() -> str:
             "this machine has no NVIDIA GPU (nvidia-smi not found or lists none)"
             if backends.is_gpu_env(env) and not smi else f"create it with {setup_command(env)}"))
     for info in probes:
-        notes += _warnings(info)
+        if info["error"]:
+            notes.append(f"ERROR: {info['kernel']}: {info['error']}")
+            continue
+        warning, expected = f"WARNING: {info['kernel']}: ", backends.env_backend(info["env"])
+        if (backend := info.get("backend")) and backend != expected:
+            notes.append(warning + f"runs Keras on {backend}, not {expected}; register it "
+                         f"again with {setup_command(info['env'])}")
+        if backends.is_gpu_env(info["env"]) and not info["gpus"]:
+            why = (info.get("diagnosis") or "").strip() or "run `gpubench doctor` in that env"
+            notes.append(warning + f"GPU env, but {backend or expected} sees no GPU: {why} "
+                         f"(`{info['executable']} -m gpubench doctor`)")
+        if (theirs := info.get("checkout")) and Path(theirs) != machine.project_root():
+            fix = (f"run `make setup` in {ours}" if ours
+                   else "`gpubench run --here` runs in this Python instead")
+            notes.append(warning + f"runs the gpubench of {theirs}, not this one "
+                         f"({machine.project_root()}); {fix}")
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"

@@ -20,8 +20,7 @@ from gpubench.envs import EXTRAS, EnvError, checkout_kernels_dir, display_name, 
 from gpubench.rundir import locked  # stdlib-only at import
 
 VENV_DIRS = {env: ".venv" if env == "cpu" else f".venv-{EXTRAS[env]}" for env in backends.ENVS}
-# Pythons a venv can use: TensorFlow 2.21, JAX 0.10 and numpy 2.4 have wheels for them.
-VENV_PYTHONS = ((3, 11), (3, 12), (3, 13))
+VENV_PYTHONS = ((3, 11), (3, 12), (3, 13))  # TensorFlow 2.21, JAX 0.10, numpy 2.4 have wheels
 STAMP = ".gpubench-installed"  # in a venv: pyproject.toml's sha256 once its pip install is done
 # For conda commands: yes to any prompt (mamba 2 asks before creating).
 CONDA_YES = {"CONDA_ALWAYS_YES": "true", "MAMBA_ALWAYS_YES": "true"}
@@ -192,41 +191,17 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
     return True
 
 
-def _broken_venv(venv: Path) -> str | None:
-    """What an interrupted set-up left missing in a venv (pip records its install last)."""
-    if not venv_python(venv).exists():  # a dangling link counts as missing
-        return f"it has no {venv_python(venv).relative_to(venv)}"
-    site = "Lib/site-packages" if os.name == "nt" else "lib/python*/site-packages"
-    if (venv / "pyvenv.cfg").is_file() and not any(venv.glob(f"{site}/pip-*.dist-info/RECORD")):
-        return "its pip is missing or half-installed"
-    return None
-
-
-def _create_venv(root: Path, dirname: str, echo: Callable, clear: bool = False) -> bool:
-    """Make venv `dirname` with this Python (`clear`: a broken one); remove a half-made one."""
-    if sys.version_info[:2] not in VENV_PYTHONS:
-        want = ", ".join(".".join(map(str, v)) for v in VENV_PYTHONS)
-        echo(f"\nsetup failed: the venv needs Python {want} (TensorFlow 2.21, JAX 0.10, numpy "
-             f"2.4), but this is Python {sys.version.split()[0]} at {sys.executable}.\nRun "
-             "`python3.11 -m gpubench setup`, or install conda/micromamba (its envs bring their "
-             "own Python).")
-        return False
-    existed = (root / dirname).exists()
-    ok = _run([sys.executable, "-m", "venv", *(["--clear"] if clear else []), dirname],
-              f"create the venv {dirname}", "If the output above says ensurepip is not available: "
-              "`sudo apt install python3-venv` (Debian/Ubuntu), or install conda/micromamba; then "
-              "run setup again.", cwd=root, echo=echo)
-    if not ok and not existed:
-        shutil.rmtree(root / dirname, ignore_errors=True)
-    return ok
-
-
 def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
     """Make env `name`'s venv, pip install unless it is stamped and imports, check, register."""
     dirname = VENV_DIRS[name]
     venv = root / dirname
     python = venv_python(venv)
-    broken = _broken_venv(venv) if venv.exists() else None
+    broken = None  # what an interrupted set-up left missing (pip records its install last)
+    site = "Lib/site-packages" if os.name == "nt" else "lib/python*/site-packages"
+    if venv.exists() and not python.exists():  # a dangling link counts as missing
+        broken = f"it has no {python.relative_to(venv)}"
+    elif (venv / "pyvenv.cfg").is_file() and not any(venv.glob(f"{site}/pip-*.dist-info/RECORD")):
+        broken = "its pip is missing or half-installed"
     afresh = f"`rm -rf {shlex.quote(str(venv))} && python3 -m gpubench setup`"
     if broken and Path(sys.prefix).resolve() == venv.resolve():
         echo(f"\nsetup failed: {dirname} is broken ({broken}) and runs this setup; rebuild it "
@@ -234,8 +209,22 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
         return False
     if broken:
         echo(f"{dirname} is broken ({broken}; an interrupted set-up leaves it so): rebuilding it")
-    if (broken or not python.exists()) and not _create_venv(root, dirname, echo, bool(broken)):
-        return False
+    if broken or not python.exists():  # made with this Python (`--clear`: a broken one)
+        if sys.version_info[:2] not in VENV_PYTHONS:
+            want = ", ".join(".".join(map(str, v)) for v in VENV_PYTHONS)
+            echo(f"\nsetup failed: the venv needs Python {want} (TensorFlow 2.21, JAX 0.10, numpy "
+                 f"2.4), but this is Python {sys.version.split()[0]} at {sys.executable}.\nRun "
+                 "`python3.11 -m gpubench setup`, or install conda/micromamba (its envs bring "
+                 "their own Python).")
+            return False
+        existed = venv.exists()
+        if not _run([sys.executable, "-m", "venv", *(["--clear"] if broken else []), dirname],
+                    f"create the venv {dirname}", "If the output above says ensurepip is not "
+                    "available: `sudo apt install python3-venv` (Debian/Ubuntu), or install "
+                    "conda/micromamba; then run setup again.", cwd=root, echo=echo):
+            if not existed:  # remove a half-made one
+                shutil.rmtree(venv, ignore_errors=True)
+            return False
     stamp, spec = venv / STAMP, f".[{EXTRAS[name]},test]"
     digest = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()
     current = stamp.is_file() and stamp.read_text().strip() == digest

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections import deque
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -14,25 +15,24 @@ from typing import Any
 
 from ipykernel.kernelspec import get_kernel_dict
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager, KernelManager
+from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import KernelProvisionerFactory, LocalProvisioner
 from traitlets import Dict, default
 from traitlets.config import Config
 
 from gpubench import rundir
-from gpubench.runner import Stop
+from gpubench.rundir import Stop
 
 HERE_KERNEL = "gpubench-here"  # the kernel spec `--here` makes on the fly
 PROVISIONER = "gpubench-runner"  # jupyter_client's name of RunnerProvisioner (kernel specs')
-# ipykernel's notice that its channels are not encrypted: the one stderr line left out.
-KERNEL_NOISE = (b"Kernel is running over TCP without encryption",)
+KERNEL_NOISE = (b"Kernel is running over TCP without encryption",)  # the stderr line left out
 # Run in every kernel first: rich (Keras's model summary) stores its text/plain copy plain.
 PLAIN_RICH_TEXT = "import gpubench.chapter as _gb_nb; _gb_nb.store_rich_text_plain(); del _gb_nb"
-# ipykernel's own capture of the file descriptors 1 and 2 is off: it reads them in a thread of
-# the kernel, so a C library's last words before it aborts the process (a fatal "Unknown flag in
-# XLA_FLAGS") died with it. The runner reads the kernel's real stderr instead (forward_stderr).
+# ipykernel's capture of fds 1 and 2 is off: its thread died with a C library's last words as it
+# aborted the process (a fatal "Unknown flag in XLA_FLAGS"); forward_stderr reads them instead.
 NO_FD_CAPTURE = "--IPKernelApp.capture_fd_output=False"
 LAST_WORDS, LINE_CHARS = 10, 300  # a dead kernel's last stderr lines kept, each cut to this
+ENCRYPTED = Config({"KernelManager": {"transport_encryption": "auto"}})  # the kernel's channels
 
 
 class RunnerProvisioner(LocalProvisioner):
@@ -51,47 +51,26 @@ class RunnerProvisioner(LocalProvisioner):
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
-        """Start the kernel, its stderr piped to forward_stderr unless the caller gave one."""
-        read = None
-        if kwargs.get("stderr") is None:  # the kernel's stderr, through a filter to ours
-            read, kwargs["stderr"] = os.pipe()
+        """Start the kernel, its stderr piped through forward_stderr to ours."""
+        read, kwargs["stderr"] = os.pipe()
+        self.stderr_tail: deque[str] = deque(maxlen=LAST_WORDS)
+        self.stderr_reader = threading.Thread(target=forward_stderr, name="kernel-stderr",
+                                              args=(read, 2, self.stderr_tail), daemon=True)
         try:
             info = await super().launch_kernel(cmd, **kwargs)
-        except BaseException:
-            if read is not None:
-                os.close(read)
-            raise
         finally:
-            if read is not None:
-                os.close(kwargs["stderr"])  # the kernel holds its own copy
-        if read is not None:
-            self.stderr_tail: deque[str] = deque(maxlen=LAST_WORDS)
-            self.stderr_reader = threading.Thread(
-                target=forward_stderr, args=(read, 2, self.stderr_tail), daemon=True,
-                name="kernel-stderr")
-            self.stderr_reader.start()
+            os.close(kwargs["stderr"])  # the kernel holds its own copy; EOF when it ends
+            self.stderr_reader.start()  # it closes `read` (at once if no kernel started)
         Stop.kernels.append(self)
         return info
 
 
-def register_provisioner() -> None:
-    """Make RunnerProvisioner known to jupyter_client, whatever entry points are installed."""
+def kernel_manager_class(env: dict[str, str] | None = None, here: str | None = None,
+                         run_dir: Path | None = None) -> type:
+    """A kernel manager whose kernels (RunnerProvisioner's) get `env`; HERE_KERNEL runs `here`."""
     KernelProvisionerFactory.instance().provisioners[PROVISIONER] = EntryPoint(
         name=PROVISIONER, value="gpubench.runner.kernels:RunnerProvisioner",
         group="jupyter_client.kernel_provisioners")
-
-
-def kernel_config() -> dict:
-    """papermill's (or a KernelManager's) keywords that encrypt the kernel's channels, if it can."""
-    if "transport_encryption" not in KernelManager.class_trait_names():
-        return {}
-    return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
-
-
-def kernel_manager_class(env: dict[str, str] | None = None, here: str | None = None,
-                         run_dir: Path | None = None) -> type:
-    """A kernel manager whose kernels get `env`; HERE_KERNEL is one of Python `here`."""
-    register_provisioner()
     config = {"provisioner_name": PROVISIONER, "config": {"extra_env": dict(env or {})}}
 
     class RunnerSpecManager(KernelSpecManager):
@@ -100,10 +79,8 @@ def kernel_manager_class(env: dict[str, str] | None = None, here: str | None = N
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             """The spec of `kernel_name`, naming the provisioner."""
             if here and kernel_name == HERE_KERNEL:  # as ipykernel writes one, for `here`
-                made = get_kernel_dict()
-                spec = KernelSpec(resource_dir="", **{
-                    **made, "argv": [here, *made["argv"][1:]],
-                    "display_name": f"gpubench --here ({here})"})
+                spec = KernelSpec(resource_dir="", **get_kernel_dict())
+                spec.argv[0], spec.display_name = here, f"gpubench --here ({here})"
             else:
                 spec = super().get_kernel_spec(kernel_name)
             spec.metadata = {**spec.metadata, "kernel_provisioner": config}
@@ -116,38 +93,22 @@ def kernel_manager_class(env: dict[str, str] | None = None, here: str | None = N
         def _specs(self) -> KernelSpecManager:
             return RunnerSpecManager(data_dir=self.data_dir)
 
-        @default("connection_file")
+        @default("connection_file")  # in the run directory, named as our temp files are
         def _connection_file(self) -> str:
-            return rundir.connection_file(run_dir) if run_dir else ""
+            name = f"{rundir.KERNEL[1:]}{uuid.uuid4().hex[:12]}.json"
+            return str(rundir.temp_of(run_dir.resolve() / name)) if run_dir else ""
 
     return RunnerKernelManager
 
 
 def forward_stderr(read: int, write: int = 2, tail: deque | None = None) -> None:
     """Copy a kernel's stderr (fd `read`) to `write` without noise, its lines kept in `tail`."""
-    def put(lines: list[bytes], end: bytes = b"\n") -> None:
-        lines = [line for line in lines if not any(noise in line for noise in KERNEL_NOISE)]
-        if tail is not None:
-            tail.extend(text[:LINE_CHARS] for line in lines
-                        if (text := line.decode(errors="replace").strip()))
-        data = b"".join(line + end for line in lines)
-        with contextlib.suppress(OSError):
-            while data:
-                data = data[os.write(write, data):]
-
-    pending = b""
-    with open(read, "rb", buffering=0) as stream:
-        while chunk := stream.read(65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            put(lines)
-    put([pending], end=b"")
-
-
-def last_words(wait: float = 2.0) -> list[str]:
-    """The last lines the job's kernel wrote to stderr, once it ended (waiting up to `wait` s)."""
-    words: list[str] = []
-    for provisioner in Stop.kernels:
-        if (reader := getattr(provisioner, "stderr_reader", None)) is not None:
-            reader.join(wait)
-            words += provisioner.stderr_tail
-    return words[-LAST_WORDS:]
+    with open(read, "rb") as stream:  # each line as soon as it ends, the last one at EOF
+        for line in stream:
+            if any(noise in line for noise in KERNEL_NOISE):
+                continue
+            if tail is not None and (text := line.decode(errors="replace").strip()):
+                tail.append(text[:LINE_CHARS])
+            with contextlib.suppress(OSError):
+                while line:
+                    line = line[os.write(write, line):]

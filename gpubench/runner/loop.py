@@ -5,19 +5,22 @@ line, the summary, the report, and the exit code (0 all ok, 1 a job not ok, 2 no
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
+import json
 import logging
 import sys
 import time
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 from gpubench import backends, chapter, envs, results, rundir
 from gpubench import params as nb_params
-from gpubench.rundir import MANIFEST, UsageError
-from gpubench.runner import Stop, kernels, signals_stop_the_run
+from gpubench.rundir import LOCK, MANIFEST, Stop, UsageError, signals_stop_the_run
+from gpubench.runner import kernels
 from gpubench.runner import targets as where
-from gpubench.runner.manifest import Job, load_run, new_run, save_jobs
-from gpubench.runner.targets import Target
+from gpubench.runner.targets import NEW_RUN, Job, Target
+from gpubench.scaling import rules  # as targets does: Multi_GPU_Scaling's rule
 
 # papermill -> nbformat -> jsonschema builds rfc3987_syntax's URI grammar at import: ~3.5 s of
 # CPU before the first notebook, for a format check neither of them uses.
@@ -63,12 +66,84 @@ def run(profile: str | None = None, env_names: list[str] | None = None,
             else:
                 chosen = where.check_notebooks(notebooks)
                 where.check_params(params or {}, chosen)
-                targets, problems = where.for_new_run(env_names, here, kernel, chosen,
-                                                      params or {})
+                targets = where.probed(kernel) if here or kernel else where.standard(env_names)
+                problems = where.find_problems(targets, chosen, params or {},
+                                               named=env_names is not None)
                 run_dir, manifest, jobs = new_run(
                     out, nb_params.resolve_profile(profile) if profile else "full", targets,
                     chosen, params or {}, stack, named=notebooks is not None)
             return _run_jobs(run_dir, manifest, jobs, targets, problems, bool(resume))
+
+
+def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
+    """Save the jobs in run.json atomically; a full or read-only disk is a UsageError naming it."""
+    manifest["jobs"] = [asdict(j) for j in jobs]
+    text = json.dumps(manifest, indent=1)
+    try:
+        rundir.write_atomic(run_dir / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write {run_dir / MANIFEST}: {results.write_problem(exc)}; free "
+                         f"some space or make {run_dir} writable, then "
+                         f"`{rundir.resume_command(run_dir)}`") from None
+
+
+def check_new_out(run_dir: Path) -> None:
+    """Refuse an --out that holds a run or anything else (a lone run.lock is nothing)."""
+    if (run_dir / MANIFEST).is_file():
+        raise UsageError(f"--out {str(run_dir)!r} already holds a run; finish it with "
+                         f"`{rundir.resume_command(run_dir)}`, or choose a new --out")
+    if run_dir.exists() and (not run_dir.is_dir()
+                             or any(p.name != LOCK for p in run_dir.iterdir())):
+        raise UsageError(f"--out {str(run_dir)!r} exists and is not a run directory; "
+                         "choose a new or empty folder")
+
+
+def new_run(out: str | None, profile: str, targets: dict[str, Target], notebooks: list[str],
+            params: dict, stack: contextlib.ExitStack,
+            named: bool = False) -> tuple[Path, dict, list[Job]]:
+    """Create and lock the run directory and its manifest; refuse an --out holding anything."""
+    run_id = results.new_run_id()
+    run_dir = Path(out) if out else results.runs_dir() / run_id
+    check_new_out(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out {str(run_dir)!r}: {results.write_problem(exc)}; "
+                         "choose a writable folder") from None
+    rundir.lock_run_dir(run_dir, stack)
+    if (run_dir / MANIFEST).is_file():  # another process made it between our look and our lock
+        raise UsageError(f"--out {str(run_dir)!r} was just created by another gpubench run; "
+                         "choose a new --out")
+    manifest = {"schema": where.MANIFEST_SCHEMA, "run_id": run_id, "profile": profile,
+                "params": params, "named": notebooks if named else [],
+                "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "envs": {env: asdict(target) for env, target in targets.items()}}
+    jobs = [Job(env, nb) for env in targets for nb in notebooks]
+    save_jobs(run_dir, manifest, jobs)
+    return run_dir, manifest, jobs
+
+
+def load_run(resume: str, profile: str | None,
+             stack: contextlib.ExitStack) -> tuple[Path, dict, list[Job]]:
+    """Lock a run directory and read its manifest, to finish the run."""
+    run_dir = Path(resume)
+    path = run_dir / MANIFEST
+    if not path.is_symlink() and not path.is_file():
+        raise UsageError(f"--resume {str(run_dir)!r} is not a run directory (no {MANIFEST}); "
+                         "give a folder written by `gpubench run`")
+    rundir.lock_run_dir(run_dir, stack)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # a symlink loop, a folder, no permission
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}; {NEW_RUN}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise UsageError(f"{path} is empty or damaged ({type(exc).__name__}: {exc}); it is not "
+                         f"a job list written by `gpubench run`: {NEW_RUN}") from None
+    jobs = where.check_manifest(manifest, path)
+    if profile is not None and profile != manifest["profile"]:
+        raise UsageError(f"--profile {profile} differs from the run's profile "
+                         f"{manifest['profile']}; resume without --profile")
+    return run_dir, manifest, jobs
 
 
 def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str, Target],
@@ -120,7 +195,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
         code = summary(jobs)
         return code if finish_report(run_dir) else 2
     except KeyboardInterrupt:
-        for job in (j for j in jobs if j.status == "running"):  # stopped before its start
+        for job in (j for j in jobs if j.status == "running"):  # stopped at once, or before
             job.status, job.error = "interrupted", f"stopped by {Stop.reason or 'Ctrl-C'}"
         save_jobs(run_dir, manifest, jobs)
         if code is None:  # a stop while the report is written: the summary is out already
@@ -152,8 +227,6 @@ def finish_report(run_dir: Path) -> bool:
     try:
         print(f"Report: {report.build([run_dir])}")
         return True
-    except KeyboardInterrupt:
-        raise
     except Exception as exc:  # noqa: BLE001 - the jobs are done; the report can be made later
         why = str(exc).split("; ")[0] if isinstance(exc, report.ReportWriteError) else (
             f"{type(exc).__name__}: {exc}")
@@ -181,8 +254,6 @@ def summary(jobs: list[Job]) -> int:
 def plan(jobs: list[Job], manifest: dict, targets: dict[str, Target],
          problems: where.Problems) -> None:
     """Set each job pending, or skipped/failed by its env's problem or by scaling's rule."""
-    from gpubench.scaling import rules  # noqa: PLC0415 - stdlib-only, but its package is not
-
     for job in jobs:
         job.status, job.error = problems.get(job.env, ("pending", None))
         if job.status == "pending" and job.notebook == rules.NOTEBOOK:
@@ -203,7 +274,7 @@ def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
     params = {"profile": manifest["profile"], "env_name": job.env,
               "results_path": str((run_dir / results.RESULTS_FILE).resolve()), **(job.extra or {})}
     if "device" in where.declared(job.notebook):
-        target = Target.of(manifest, job.env)
+        target = Target(**manifest["envs"][job.env])
         gpu = bool(target.gpus) if target.devices is not None else backends.is_gpu_env(job.env)
         params["device"] = "gpu" if gpu else "cpu"
     return {**params, **where.given(manifest["params"], job.notebook)}
@@ -212,8 +283,7 @@ def job_parameters(job: Job, run_dir: Path, manifest: dict) -> dict:
 def recorded_attempts(run_dir: Path, job: Job) -> set[int]:
     """The attempts of `job` with a readable record in results.jsonl."""
     try:  # unreadable lines are skipped; the report warns of them, once
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(action="ignore"):
             records = rundir.read_records(run_dir / results.RESULTS_FILE)
     except (OSError, ValueError):
         return set()
@@ -229,7 +299,7 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
     job.status, job.error, job.seconds = "running", None, None
     save_jobs(run_dir, manifest, jobs)
     output = run_dir / job.env / f"{job.notebook}.ipynb"
-    target = Target.of(manifest, job.env)
+    target = Target(**manifest["envs"][job.env])
     here = target.python if target.how == "here" else None
     env = {**(target.environ(None) if here else {}), "GPUBENCH_RUN_ID": manifest["run_id"],
            "GPUBENCH_ATTEMPT": str(job.attempt), "NO_COLOR": "1", "TERM": "dumb"}
@@ -241,9 +311,8 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
             parameters=job_parameters(job, run_dir, manifest), log_output=True,
             kernel_name=kernels.HERE_KERNEL if here else target.kernel,
             kernel_manager_class=kernels.kernel_manager_class(env, here, run_dir),
-            progress_bar=False, cwd=str(nb_params.notebooks_dir()), **kernels.kernel_config(),
-            # Every record is on disk when a notebook ends or is interrupted, so the kernel is
-            # stopped at once (a graceful stop of a busy kernel printed a zmq traceback).
+            progress_bar=False, cwd=str(nb_params.notebooks_dir()), config=kernels.ENCRYPTED,
+            # every record is on disk: stop at once (a graceful stop printed a zmq traceback)
             shutdown_kernel="immediate")
         ok = job.attempt in recorded_attempts(run_dir, job)
         job.status, job.error = ("ok", None) if ok else ("failed", (
@@ -251,14 +320,13 @@ def execute(job: Job, run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
             f"of it (attempt {job.attempt})"))
     except papermill.PapermillExecutionError as exc:
         job.status, job.error = "failed", f"{exc.ename}: {exc.evalue}"[:2000]
-    except KeyboardInterrupt:
-        job.status, job.error = "interrupted", f"stopped by {Stop.reason or 'Ctrl-C'}"
-        raise
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a bad notebook fails this job only
         job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
-        if words := kernels.last_words():  # a kernel that died says why on its stderr, if anywhere
-            job.error += f"; its stderr ended: {words[-1]}" + "".join(
-                f"\n  kernel stderr| {line}" for line in words)
+        for kernel in Stop.kernels:  # a kernel that died says why on its stderr, if anywhere
+            kernel.stderr_reader.join(2.0)  # its last lines, once it ended
+            if words := list(kernel.stderr_tail):
+                job.error += f"; its stderr ended: {words[-1]}" + "".join(
+                    f"\n  kernel stderr| {line}" for line in words)
         if isinstance(exc, OSError) and exc.errno in results.WRITE_ERRORS:  # say which file
             job.error = (f"cannot write {exc.filename or output}: {results.write_problem(exc)}; "
                          "free some space (or make it writable), then "

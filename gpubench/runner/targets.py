@@ -1,6 +1,6 @@
 """What a run runs and where, all checked before anything runs: the notebooks, the `-p` values (by
-the parameters cell of the .ipynb that will run), and each env: how it is reached (a gpubench-ENV
-kernel, `--kernel NAME` or `--here`) and what a probe of its Python found it runs."""
+the parameters cell of the .ipynb that will run), each env (how it is reached: a gpubench-ENV
+kernel, `--kernel NAME` or `--here`; what its Python runs), and a resumed run's run.json."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpubench import backends, envs, machine
+from gpubench import backends, envs, machine, schema, schema_words
 from gpubench import params as nb_params  # `params` names -p values here
 from gpubench.factors import rules as factor_rules
 from gpubench.rundir import UsageError
@@ -26,10 +25,12 @@ from gpubench.scaling import rules as scaling_rules
 # Parameters the runner sets itself, and the option a user gives instead.
 RUNNER_PARAMS = {"profile": "--profile", "results_path": "--out", "env_name": "--envs"}
 NEW_RUN = "start a new run with `gpubench run`"
-# The notebooks with rules of their own beyond each value's (they give them to chapter.start too).
-OWN_RULES = {"Speed_Factors": factor_rules.check_parameters,
+OWN_RULES = {"Speed_Factors": factor_rules.check_parameters,  # rules beyond each value's
              "Multi_GPU_Scaling": scaling_rules.check_parameters}
 Problems = dict[str, tuple[str, str]]  # env -> (status, why) of an env that cannot run
+RUN_SCHEMA = schema.load("run")  # run.json's one declaration: gpubench/schemas/run.schema.json
+MANIFEST_SCHEMA = 2  # the one run.json gpubench writes and resumes (with "envs")
+MAX_DEPTH = 32  # run.json nests 4 levels; deeper is not a file gpubench wrote
 
 
 def notebook_path(notebook: str) -> Path:
@@ -103,6 +104,19 @@ def check_params(params: dict[str, dict], notebooks: list[str]) -> None:
 
 
 @dataclass
+class Job:
+    """One notebook in one env."""
+
+    env: str
+    notebook: str
+    status: str = "pending"  # run.json's job statuses; "running" is claimed before it starts
+    seconds: float | None = None
+    error: str | None = None
+    attempt: int = 0  # attempts claimed so far; the records of the current one carry it
+    extra: dict | None = None  # parameters the runner adds (Multi_GPU_Scaling's virtual devices)
+
+
+@dataclass
 class Target:
     """How an env is reached, and what its Python was found to run (run.json's "envs")."""
 
@@ -118,12 +132,6 @@ class Target:
     def gpus(self) -> list[str]:
         """The GPUs the backend sees ([] when unknown)."""
         return [d for d in self.devices or [] if d.startswith("gpu")]
-
-    @classmethod
-    def of(cls, manifest: dict, env: str) -> Target:
-        """How env `env` of a run is reached (a run without "envs": kernel gpubench-ENV)."""
-        saved = manifest.get("envs", {}).get(env)
-        return cls(**saved) if saved else cls(kernel=backends.kernel_name(env))
 
     def spec(self) -> dict | None:
         """Its kernel's spec (as envs.kernel_specs gives it); None for `--here` or none found."""
@@ -158,8 +166,8 @@ def _backend(environ: dict[str, str]) -> str:
     return backends.check_name(name) if name else backends.requested()
 
 
-def _probed(kernel: str | None) -> dict[str, Target]:
-    """`--kernel NAME` or (None) `--here`: one env, labelled by probing its Python."""
+def probed(kernel: str | None) -> dict[str, Target]:
+    """The env of `--kernel NAME` or (None) `--here`, labelled by probing its Python."""
     python = os.path.abspath(sys.executable)  # relative when PATH names a relative folder
     who, fix = f"--kernel {kernel!r}", "install gpubench there, or use another kernel"
     if kernel is None:
@@ -186,7 +194,7 @@ def _probed(kernel: str | None) -> dict[str, Target]:
     return {backends.env_label(target.backend, bool(target.gpus)): target}
 
 
-def _standard(names: list[str] | None) -> dict[str, Target]:
+def standard(names: list[str] | None) -> dict[str, Target]:
     """The gpubench-ENV kernels `names` (default: the TensorFlow ones set up, else all)."""
     specs, env_kernel = envs.kernel_specs(), backends.kernel_name("ENV")
     if names is None and not specs:
@@ -211,12 +219,12 @@ def _standard(names: list[str] | None) -> dict[str, Target]:
             for env in dict.fromkeys(names)}
 
 
-def _problems(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
-              named: bool) -> Problems:
+def find_problems(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
+                  named: bool) -> Problems:
     """The envs that cannot run (UsageError for one `named`): probed, XLA_FLAGS, -p values."""
     problems: Problems = {}
     for env, target in targets.items():
-        spec, why = target.spec(), None
+        spec = target.spec()
         environ = target.environ(spec)
         if target.how == "env":
             try:  # the spec pins its backend, whatever the shell says
@@ -231,74 +239,93 @@ def _problems(targets: dict[str, Target], notebooks: list[str], params: dict[str
             if not gpu and target.backend == "tensorflow":
                 target.devices, target.tensorflow_importable = ["cpu"], True  # a CPU TF env
             elif error := target.probe(environ):
-                why = f"its Python {target.python} cannot run gpubench: {error}"
+                problems[env] = ("failed", f"its Python {target.python} cannot run gpubench: "
+                                           f"{error}")
                 if named:
-                    raise UsageError(f"--envs {env}: {why}")
+                    raise UsageError(f"--envs {env}: {problems[env][1]}")
             elif gpu and not target.gpus:
-                why = target.diagnosis or f"its {target.backend} sees no GPU"
+                problems[env] = ("failed", target.diagnosis or f"its {target.backend} sees no GPU")
                 if named:  # as a named GPU env that sees no GPU: before anything runs
                     raise UsageError(f"--envs {env}: {target.backend} in this env sees no GPU; "
-                                     f"leave {env} out. " + " ".join(why.split()))
-        if why:
-            problems[env] = ("failed", why)
-        elif target.backend == "tensorflow" and environ.get("XLA_FLAGS"):
-            _check_xla_flags(env, target.python, environ)
-    _check_runnable(targets, notebooks, params, problems)
-    return problems
-
-
-def _check_xla_flags(env: str, python: str, environ: dict[str, str]) -> None:
-    """Compile an XLA function there: only then TensorFlow reads (and aborts on) XLA_FLAGS."""
-    check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
-    flags = environ["XLA_FLAGS"]
-    try:
-        done = subprocess.run([python, "-c", check], env=environ, timeout=600,
-                              capture_output=True, text=True, cwd=tempfile.gettempdir())
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {python} ({exc}); "
-                         "unset XLA_FLAGS, or fix that env") from None
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
-        line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
-        raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
-                         f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
-
-
-def _check_runnable(targets: dict[str, Target], notebooks: list[str], params: dict[str, dict],
-                    problems: Problems) -> None:
-    """Refuse -p values an env cannot run: a GPU it does not have, what its backend lacks."""
-    for env, target in targets.items():
-        for nb in notebooks if env not in problems and target.devices is not None else []:
-            values = given(params, nb)
-            for name in ("device", "devices"):
-                value = values.get(name)
-                asked = [re.fullmatch(r"/?(?:device:)?gpu(?::(\d+))?", str(v).strip().lower())
-                         for v in (value if isinstance(value, list) else [value])]
-                if missing := [f"gpu:{int(a[1] or 0)}" for a in asked if a
-                               and f"gpu:{int(a[1] or 0)}" not in target.devices]:
-                    raise UsageError(
-                        f"-p {name}={json.dumps(value)} for {nb}: env {env} has "
-                        f"{f'no {missing[0]}' if target.gpus else 'no GPU'} ({target.backend} "
-                        f"there sees {', '.join(target.devices)}); use a GPU env (`gpubench "
-                        f"envs` lists them) or drop -p {name}")
+                                     f"leave {env} out. " + " ".join(problems[env][1].split()))
+        if env in problems:
+            continue
+        if target.backend == "tensorflow" and (flags := environ.get("XLA_FLAGS")):
+            # TensorFlow reads (and aborts on) XLA_FLAGS only once it compiles an XLA function
+            check = "from gpubench.backends import tensorflow; tensorflow.check_xla_flags()"
             try:
-                factor_rules.check_for_backend(nb, values, target.backend,
+                done = subprocess.run([target.python, "-c", check], env=environ, timeout=600,
+                                      capture_output=True, text=True, cwd=tempfile.gettempdir())
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in "
+                                 f"{target.python} ({exc}); unset XLA_FLAGS, or fix that "
+                                 "env") from None
+            said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+            if done.returncode != 0:
+                line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])
+                raise UsageError(f"env {env}: TensorFlow refuses XLA_FLAGS={flags!r} ("
+                                 f"{line.strip()[:300]}); fix or unset XLA_FLAGS")
+        for nb in notebooks:  # what the backend lacks (a GPU it lacks: the kernel's own guard)
+            try:
+                factor_rules.check_for_backend(nb, given(params, nb), target.backend,
                                                bool(target.tensorflow_importable))
             except ValueError as exc:
                 raise UsageError(f"-p for {nb} in env {env}: {exc}") from None
+    return problems
 
 
-def for_new_run(env_names: list[str] | None, here: bool, kernel: str | None,
-                notebooks: list[str], params: dict[str, dict]) -> tuple[dict[str, Target],
-                                                                        Problems]:
-    """The envs of a new run, and the problems of those that cannot run."""
-    targets = _probed(kernel) if here or kernel else _standard(env_names)
-    return targets, _problems(targets, notebooks, params, named=env_names is not None)
+def _bad(path: Path, name: str, value, why: str) -> UsageError:
+    return UsageError(f"{path}: {name} is {schema_words.shown(value)}: {why}; {NEW_RUN}")
+
+
+def check_manifest(manifest, path: Path) -> list[Job]:
+    """The jobs of run.json, checked by its schema and this gpubench; UsageError naming a field."""
+    if not isinstance(manifest, dict):
+        raise _bad(path, "the file", type(manifest).__name__, "it must be a JSON object")
+    stack = [(manifest, "", 0)]  # walked iteratively, each field named to its third level
+    while stack:
+        value, field, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise UsageError(f"{path}: {field} is nested deeper than {MAX_DEPTH} levels: not a "
+                             f"job list written by `gpubench run`; {NEW_RUN}")
+        items = (value.items() if isinstance(value, dict) else
+                 enumerate(value) if isinstance(value, list) else ())
+        for key, item in items:
+            name = f"{field}[{key}]" if isinstance(key, int) else f"{field}.{key}".lstrip(".")
+            stack.append((item, name if depth < 3 else field, depth + 1))
+    checker = schema.checker("run")
+    if not checker.valid(manifest):
+        problem = schema_words.explain(RUN_SCHEMA, next(checker.errors(manifest)))
+        raise _bad(path, problem.field, problem.value, f"expected {problem.wants}")
+    if manifest["profile"] not in nb_params.PROFILES:
+        raise _bad(path, "profile", manifest["profile"],
+                   f"use one of {', '.join(nb_params.PROFILES)}")
+    for i, job in enumerate(manifest["jobs"]):
+        if job["notebook"] not in nb_params.NOTEBOOKS:
+            raise _bad(path, f"jobs[{i}].notebook", job["notebook"], "this gpubench has no such "
+                       f"notebook (it has {', '.join(nb_params.NOTEBOOKS)})")
+    jobs = [Job(**job) for job in manifest["jobs"]]
+    notebooks = list(dict.fromkeys(j.notebook for j in jobs))
+    try:
+        check_notebooks(notebooks)
+        check_notebooks([scope for scope in manifest["params"] if scope != "*"])
+        check_params(manifest["params"], notebooks)
+    except ValueError as exc:  # UsageError, or a parameters cell that cannot be read
+        raise UsageError(f"{path}: {exc}; {NEW_RUN}") from None
+    manifest.setdefault("named", [])
+    saved = manifest.get("envs", {})
+    if missing := [job.env for job in jobs if job.env not in saved]:
+        raise _bad(path, f"envs.{missing[0]}", None, "it must say how the env is reached")
+    for env, target in saved.items():
+        if target.get("backend") is not None and target["backend"] not in backends.SUPPORTED:
+            raise _bad(path, f"envs.{env}.backend", target["backend"],
+                       f"use one of {', '.join(backends.SUPPORTED)}")
+    return jobs
 
 
 def for_resume(manifest: dict, jobs: list, path: Path) -> tuple[dict[str, Target], Problems]:
     """The envs of a resumed run and their problems; UsageError for a kernel or Python gone."""
-    targets = {env: Target.of(manifest, env) for env in manifest["envs"]}
+    targets = {env: Target(**saved) for env, saved in manifest["envs"].items()}
     todo = [j for j in jobs if j.status != "ok"]
     waiting = {e: t for e, t in targets.items() if any(j.env == e for j in todo)}
     for env, target in waiting.items():
@@ -318,5 +345,5 @@ def for_resume(manifest: dict, jobs: list, path: Path) -> tuple[dict[str, Target
                    "where it is)")
             raise UsageError(f"{field}.kernel {target.kernel!r} cannot start: its Python "
                              f"{python!r} no longer exists; {fix}, then resume, or {NEW_RUN}")
-    return targets, _problems(waiting, list(dict.fromkeys(j.notebook for j in todo)),
+    return targets, find_problems(waiting, list(dict.fromkeys(j.notebook for j in todo)),
                               manifest["params"], named=False)

@@ -16,9 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpubench import backends, results, rundir
-from gpubench.params import positive_int
-from gpubench.params import resolve as resolve_params
+from gpubench import backends, params, results, rundir
 from gpubench.scaling import rules
 from gpubench.scaling.step import record, train
 
@@ -30,7 +28,7 @@ def split_cpu(count: int | None) -> None:
     global _split
     try:
         if count is not None and count != _split:
-            _split = rules.parallel().split_cpu(positive_int("virtual_devices", count))
+            _split = rules.parallel().split_cpu(params.positive_int("virtual_devices", count))
     except RuntimeError:
         title = backends.current().TITLE
         raise RuntimeError(
@@ -46,14 +44,12 @@ def local_devices(names: Sequence[str] | None = None) -> list[str]:
     cpus = [f"cpu:{i}" for i in range(_split or rules.parallel().split_cpu(None))]
     if names is None:
         return devices.list_devices()[1:] or cpus
-    chosen = [rules.canonical(name) for name in names]
-    for i, name in enumerate(chosen):
-        if name.startswith("cpu") and name not in cpus:
-            raise devices.DeviceError(
-                f"unknown device {names[i]!r}: {backends.requested()} has {len(cpus)} CPU "
-                f"device(s); use cpu:0 to {cpus[-1]}, or set virtual_devices to split the CPU")
-        if not name.startswith("cpu"):
-            chosen[i] = rules.canonical(devices.resolve(names[i]))
+    chosen = [name if name.startswith("cpu") else rules.canonical(devices.resolve(given))
+              for name, given in zip(map(rules.canonical, names), names, strict=True)]
+    if unknown := [name for name in chosen if name.startswith("cpu") and name not in cpus]:
+        raise devices.DeviceError(
+            f"unknown device {unknown[0]!r}: {backends.requested()} has {len(cpus)} CPU "
+            f"device(s); use cpu:0 to {cpus[-1]}, or set virtual_devices to split the CPU")
     if len(set(chosen)) != len(chosen):
         raise devices.DeviceError(f"devices {list(names)!r} name a device twice; give each once")
     return chosen
@@ -72,12 +68,12 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
     """Train `model_name` on 1, 2, ... of `devices`; a record per count, stored as measured."""
     from gpubench import training  # noqa: PLC0415 - loads the backend
 
-    params = rules.check_parameters({"model": model_name, "devices": devices, "replicas": replicas,
-                           "per_replica_batch_size": per_replica_batch_size, "scaling": scaling,
-                           "epochs": epochs, "virtual_devices": virtual_devices})
+    checked = rules.check_parameters(dict(
+        model=model_name, devices=devices, replicas=replicas, scaling=scaling, epochs=epochs,
+        per_replica_batch_size=per_replica_batch_size, virtual_devices=virtual_devices))
     split_cpu(virtual_devices)
-    par, chosen = rules.parallel(), local_devices(params["devices"])
-    counts = rules.check_replicas(params["replicas"], len(chosen))
+    par, chosen = rules.parallel(), local_devices(checked["devices"])
+    counts = rules.check_replicas(checked["replicas"], len(chosen))
     if chosen[0].startswith("cpu") and (_split or par.split_cpu(None)) > 1:
         virtual_devices = _split or par.split_cpu(None)  # here, or before the sweep (XLA_FLAGS)
     split = None if par.PROCESSES else training.split(model_name, data)
@@ -87,15 +83,14 @@ def sweep(model_name: str, data, *, devices: Sequence[str] | None = None,
         fields = dict(notebook=notebook, env=env or results.default_env_name(),
                       device=",".join(chosen[:count]), devices=chosen[:count], model=model_name,
                       dataset=data.name, data_source=data.source, data_verified=data.verified,
-                      strategy=par.STRATEGY, replicas=count,
-                      workers=count if par.PROCESSES else 1, global_batch_size=batch,
-                      per_replica_batch_size=per_replica, scaling=scaling,
+                      strategy=par.STRATEGY, replicas=count, workers=count if par.PROCESSES else 1,
+                      global_batch_size=batch, per_replica_batch_size=per_replica, scaling=scaling,
                       virtual_devices=virtual_devices)
         print(f"{count} replica(s) on {fields['device']}: global batch {batch} ({per_replica} "
               "per replica)", flush=True)
         try:
             if par.PROCESSES:
-                records.append(in_processes(chosen[:count], data, params | {
+                records.append(in_processes(chosen[:count], data, checked | {
                     "seed": seed, "fields": fields, "base": base}))
             else:
                 found, facts = strategy(chosen[:count])
@@ -161,17 +156,16 @@ def run_worker(cluster: Sequence[str], index: int, out: Path, *, profile: str | 
     if (launcher := os.environ.get(rules.LAUNCHER_ENV, "")).isdigit():
         rundir.tie_to_parent(int(launcher))  # it dies with its launcher, even by kill -9
     extra = json.loads(os.environ.get(rules.PARAMS_ENV) or "{}")  # a chapter's, or a test's
-    params = rules.check_parameters(resolve_params(rules.NOTEBOOK, profile=profile)[0]) | extra
-    chapter = "fields" in extra
+    settings = rules.check_parameters(params.resolve(rules.NOTEBOOK, profile=profile)[0]) | extra
+    device = extra["devices"][index] if "fields" in extra else None  # a chapter's: one each
     par = rules.parallel()
     with contextlib.ExitStack() as stack:
-        if index == 0 and not chapter and launcher != str(os.getppid()):  # else the launcher's
+        if index == 0 and launcher != str(os.getppid()):  # else its launcher holds the lock
             rundir.lock_run_dir(out, stack)
         print(f"worker {index} of {len(cluster)}: pid {os.getpid()}", flush=True)
         check_address(cluster, index, index == 0 or par.EVERY_WORKER_LISTENS)
-        device = extra["devices"][index] if chapter else None
         try:
-            found, fields = par.join(cluster, index, 1 if chapter else replicas, device)
+            found, fields = par.join(cluster, index, 1 if device else replicas, device)
         except (ValueError, RuntimeError) as exc:  # the engine's own words, in one line
             first = (str(exc).strip().splitlines() or ["could not join"])[0]
             raise type(exc)(f"worker {index} ({backends.requested()}): {first}") from None
@@ -180,43 +174,43 @@ def run_worker(cluster: Sequence[str], index: int, out: Path, *, profile: str | 
         print(f"worker {index}: {fields['replicas']} replica(s), {fields['engine']} over "
               f"{fields['collective']}; the all-reduce check passed", flush=True)
         from gpubench import data, training  # noqa: PLC0415 - after join: they start the backend
-        loaded = data.load(params["dataset"], source=params["data_source"],
-                           data_dir=params["data_dir"],
-                           max_train_samples=params["max_train_samples"])
+        loaded = data.load(settings["dataset"], source=settings["data_source"],
+                           data_dir=settings["data_dir"],
+                           max_train_samples=settings["max_train_samples"])
         fields["global_batch_size"], fields["per_replica_batch_size"] = rules.global_batch(
-            params["scaling"], params["per_replica_batch_size"], fields["replicas"])
+            settings["scaling"], settings["per_replica_batch_size"], fields["replicas"])
         watch = device or ("gpu:0" if fields["collective"] == "nccl" else "cpu")
-        measured = train(found, params["model"], training.split(params["model"], loaded),
-                         batch=fields["global_batch_size"], epochs=params["epochs"],
-                         seed=params.get("seed", 0),
+        measured = train(found, settings["model"], training.split(settings["model"], loaded),
+                         batch=fields["global_batch_size"], epochs=settings["epochs"],
+                         seed=settings.get("seed", 0),
                          monitor=watch if watch.startswith("gpu") else "cpu")
         print(f"final_loss {measured.epoch_losses[-1]!r}", flush=True)
         par.leave(found)
-        if index == 0 and chapter:  # the chapter's record, which its sweep reads back
-            results.ResultsStore(out / results.RESULTS_FILE).append(
-                record(measured, extra["base"], **(extra["fields"] | fields)))
-        elif index == 0:
-            _write(out, params, loaded, cluster, measured, fields)
+        if index == 0:
+            _write(out, settings, loaded, cluster, measured, fields | {"workers": len(cluster)})
         while index and _answers(cluster[0]):  # TensorFlow's workers watch each other's heartbeat
             time.sleep(1)
     return 0
 
 
-def _write(out: Path, params: dict, loaded, cluster: Sequence[str], measured,
+def _write(out: Path, settings: dict, loaded, cluster: Sequence[str], measured,
            fields: dict) -> None:
-    """Worker 0 after training: the same run in one process on one device, then both records."""
+    """Worker 0's records: a chapter's run, or this run and the same in one process on a device."""
+    store = results.ResultsStore(out / results.RESULTS_FILE)
+    if "fields" in settings:  # a chapter's sweep reads its record back
+        store.append(record(measured, settings["base"], **(settings["fields"] | fields)))
+        return
     from gpubench.report.scaling import table  # noqa: PLC0415
 
     print("worker 0: the one-process run on this machine, for the efficiency", flush=True)
     common = dict(notebook=rules.CLI_NOTEBOOK, env=results.default_env_name(),
-                  model=params["model"], dataset=loaded.name, data_source=loaded.source,
-                  data_verified=loaded.verified, scaling=params["scaling"])
+                  model=settings["model"], dataset=loaded.name, data_source=loaded.source,
+                  data_verified=loaded.verified, scaling=settings["scaling"])
     local = ["gpu:0" if fields["collective"] == "nccl" else "cpu:0"]
-    base = in_processes(local, loaded, params | {
+    base = in_processes(local, loaded, settings | {
         "fields": common | {"device": local[0], "devices": local, "workers": 1}, "base": None})
     multi = record(measured, base["samples_per_second"], **common, device=",".join(cluster),
-                   devices=list(cluster), **fields, workers=len(cluster))
-    store = results.ResultsStore(out / results.RESULTS_FILE)
+                   devices=list(cluster), **fields)
     store.append(base)
     store.append(multi)
     print(f"{table([base, multi])}\nRecords: {store.path}; `gpubench report "
@@ -295,10 +289,10 @@ def cli_main(args) -> int:
     """`gpubench scaling`: local workers, or this machine's part of a cluster."""
     out = Path(args.out or results.runs_dir() / f"scaling-{results.current_run_id()}")
     if args.replicas is not None:
-        positive_int("--replicas", args.replicas)
+        params.positive_int("--replicas", args.replicas)
     if args.local_workers is not None:
-        positive_int("--local-workers", args.local_workers)
-        rules.check_parameters(resolve_params(rules.NOTEBOOK, profile=args.profile)[0])
+        params.positive_int("--local-workers", args.local_workers)
+        rules.check_parameters(params.resolve(rules.NOTEBOOK, profile=args.profile)[0])
         with contextlib.ExitStack() as stack:
             rundir.lock_run_dir(out, stack)
             options = ["--profile", args.profile] if args.profile else []

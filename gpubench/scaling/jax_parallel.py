@@ -54,9 +54,8 @@ def join(cluster: Sequence[str], index: int, replicas: int | None, device: str |
     if len(jax.local_devices()) < (replicas or 1):
         raise ValueError(f"--replicas {replicas} is more than the {len(jax.local_devices())} "
                          "device(s) of this worker")
-    gpu = jax.devices()[0].platform == "gpu"
     return _fields(keras.distribution.DataParallel(auto_shard_dataset=False), "jax.distributed",
-                   "nccl" if gpu else "gloo")
+                   "nccl" if jax.devices()[0].platform == "gpu" else "gloo")
 
 
 def all_reduce(found, values):
@@ -79,8 +78,7 @@ def leave(found) -> None:
 
 def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
                shuffle: bool = True):
-    """A function that runs an epoch of `fit` over this process's share, waits for the updates
-    and returns the summed loss of the steps."""
+    """A function: an epoch of `fit` on this process's share, the summed loss of its steps."""
     import numpy as np  # noqa: PLC0415
 
     rank, count = _backend.jax().process_index(), _backend.jax().process_count()

@@ -35,8 +35,7 @@ def parallel() -> ModuleType:
 
 
 def parse_cluster(text: str, index: int = 0) -> list[str]:
-    """"host:port,host:port,..." -> the list of addresses, of which `index` is this worker's; a
-    ValueError names a malformed entry, or an index out of range."""
+    """"host:port,..." -> the addresses, `index` this worker's; ValueError: a bad entry or index."""
     entries = [part.strip() for part in str(text).split(",")]
     for entry in entries:
         match = _HOST_PORT.match(entry)
@@ -78,11 +77,10 @@ def canonical(device: str) -> str:
 
 def check_replicas(replicas: Sequence[int] | None, device_count: int) -> list[int]:
     """The replica counts to run, ascending: `replicas`, else 1..device_count; checked."""
-    for count in replicas or ():  # each a positive int already: check_parameters
-        if count > device_count:
-            raise ValueError(f"replicas {count} is more than the {device_count} device(s) to "
-                             f"replicate over; use at most {device_count} (or more devices, "
-                             "or virtual_devices on a CPU)")
+    if replicas and max(replicas) > device_count:  # each a positive int: check_parameters
+        raise ValueError(f"replicas {max(replicas)} is more than the {device_count} device(s) to "
+                         f"replicate over; use at most {device_count} (or more devices, "
+                         "or virtual_devices on a CPU)")
     return sorted(set(replicas)) if replicas else list(range(1, device_count + 1))
 
 

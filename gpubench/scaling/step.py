@@ -41,24 +41,21 @@ def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
     """The `scaling` record of a run (`fields`: where, how); efficiency from `one_replica_sps`."""
     timed = timing.train_fields(measured.epoch_seconds, measured.train_samples,
                                 measured.flops_per_sample)
-    rate, replicas, steady = (timed["samples_per_second"], fields["replicas"],
-                              timed["steady_epoch_seconds"])
-    gpu = "gpu" in fields["device"] or fields.get("collective") == "nccl"
-    tf32 = gpu and backends.current().tf32_enabled()  # float32 matmuls that may use TF32
+    rate, steady = timed["samples_per_second"], timed["steady_epoch_seconds"]
+    gpu = "gpu" in fields["device"] or fields.get("collective") == "nccl"  # float32 may use TF32
     return results.make_record(
-        "scaling", **fields, **timed, epochs=len(measured.epoch_seconds),
+        "scaling", **fields, **timed, epochs=len(measured.epoch_seconds), validation_samples=0,
         batch_size=fields["global_batch_size"], train_samples=measured.train_samples,
-        validation_samples=0,
         steady_epoch_min=min(timing.steady(measured.epoch_seconds), default=None),
         step_seconds=steady / measured.steps if steady else None,
         test_accuracy=measured.test_accuracy, test_loss=measured.test_loss,
         jit_compile=parallel().JIT_COMPILE, precision="float32", steps_per_execution=1,
         input_pipeline=parallel().INPUT_PIPELINE, flops_per_sample=measured.flops_per_sample,
-        final_loss=measured.epoch_losses[-1],
-        scaling_efficiency=(rate / (replicas * one_replica_sps) if one_replica_sps and rate
-                            else 1.0 if replicas == 1 else None),
+        final_loss=measured.epoch_losses[-1], tf32=gpu and backends.current().tf32_enabled(),
+        scaling_efficiency=(rate / (fields["replicas"] * one_replica_sps) if one_replica_sps
+                            and rate else 1.0 if fields["replicas"] == 1 else None),
         load_average=timing.highest(*measured.epoch_load_average),
-        epoch_load_average=measured.epoch_load_average, tf32=tf32,
+        epoch_load_average=measured.epoch_load_average,
         telemetry=telemetry.combine(measured.epoch_telemetry),
         **telemetry.epoch_fields(measured.epoch_telemetry),
     )
@@ -70,8 +67,7 @@ def record(measured: Measured, one_replica_sps: float | None, **fields) -> dict:
 
 def train(found, model_name: str, split, *, batch: int, epochs: int, seed: int = 0,
           shuffle: bool = True, verbose: bool = True, monitor: str = "cpu") -> Measured:
-    """Build `model_name` in the distribution `found`'s scope and train it for `epochs` with the
-    backend's shared step; a telemetry.Monitor on `monitor` ("cpu" or "gpu:N") covers each epoch."""
+    """Train `model_name`, built in `found`'s scope, for `epochs` of the backend's shared step."""
     positive_int("epochs", epochs)
     steps = len(split.x_train) // batch  # whole global batches only: no replica waits on another
     if steps == 0:

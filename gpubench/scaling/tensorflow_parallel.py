@@ -29,9 +29,8 @@ def split_cpu(count: int | None) -> int:
 
 def strategy(devices: Sequence[str]):
     """(MirroredStrategy over the canonical `devices`, its fields); TensorFlow picks the ops."""
-    tf = _backend.tf()
     gpus = all(d.startswith("gpu") for d in devices)
-    found = tf.distribute.MirroredStrategy([_backend.tf_name(d) for d in devices])
+    found = _backend.tf().distribute.MirroredStrategy([_backend.tf_name(d) for d in devices])
     return found, fields(STRATEGY, "tf.distribute", None, len(devices),
                          "NCCL" if gpus else "reduction to one device")
 
@@ -43,8 +42,7 @@ def join(cluster: Sequence[str], index: int, replicas: int | None, device: str |
     if (replicas or 1) > max(len(gpus), 1):
         raise ValueError(f"--replicas {replicas} is more than the {max(len(gpus), 1)} device(s) "
                          f"of this worker ({len(gpus)} GPU(s)); use at most {max(len(gpus), 1)}")
-    if gpus:
-        tf.config.set_visible_devices(gpus[:replicas or len(gpus)], "GPU")
+    tf.config.set_visible_devices(gpus[:replicas or len(gpus)], "GPU")  # none: none
     os.environ["TF_CONFIG"] = json.dumps(
         {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": index}})
     impl = tf.distribute.experimental.CommunicationImplementation
@@ -57,8 +55,7 @@ def join(cluster: Sequence[str], index: int, replicas: int | None, device: str |
 
 def all_reduce(found, values):
     """`values` from every replica of this process, summed over every replica of every worker."""
-    tf = _backend.tf()
-    mine = found.run(lambda: tf.constant(values, dtype=tf.float32))
+    mine = found.run(lambda: _backend.tf().constant(values, dtype="float32"))
     return found.reduce("SUM", mine, axis=None).numpy()
 
 
@@ -68,8 +65,7 @@ def leave(found) -> None:
 
 def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
                shuffle: bool = True):
-    """A function that runs an epoch of `steps` compiled steps, waits for the updates and
-    returns the summed loss of the steps."""
+    """A function: an epoch of compiled steps, waited for, the summed loss of its steps."""
     tf = _backend.tf()
 
     def dataset_fn(context):

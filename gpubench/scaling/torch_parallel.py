@@ -32,8 +32,7 @@ def strategy(devices: Sequence[str]):
 
 
 def join(cluster: Sequence[str], index: int, replicas: int | None, device: str | None = None):
-    """(process `index` in the process group of `cluster`, its fields), on `device`, else GPU
-    LOCAL_RANK (else its place among its host's entries), else the CPU."""
+    """(process `index` of `cluster`'s group, its fields) on `device`, else a GPU, else the CPU."""
     torch, gpus = _backend.torch(), _backend.gpu_count()
     host = cluster[index].rpartition(":")[0]
     local = int(os.environ.get("LOCAL_RANK") or [a.rpartition(":")[0]
@@ -46,14 +45,13 @@ def join(cluster: Sequence[str], index: int, replicas: int | None, device: str |
     where = torch.device(device.replace("gpu", "cuda") if device.startswith("gpu") else "cpu")
     if where.type == "cuda":
         torch.cuda.set_device(where)
-    dist = torch.distributed  # worker 0 holds the TCPStore on its port
-    dist.init_process_group("nccl" if where.type == "cuda" else "gloo", rank=index,
-                            init_method=f"tcp://{cluster[0]}", world_size=len(cluster),
-                            timeout=datetime.timedelta(seconds=300))
-    world, collective = dist.get_world_size(), dist.get_backend()
-    found = SimpleNamespace(device=where, rank=index, world=world,
+    collective = "nccl" if where.type == "cuda" else "gloo"
+    torch.distributed.init_process_group(  # worker 0 holds the TCPStore on its port
+        collective, rank=index, init_method=f"tcp://{cluster[0]}", world_size=len(cluster),
+        timeout=datetime.timedelta(seconds=300))
+    found = SimpleNamespace(device=where, rank=index, world=len(cluster),
                             scope=lambda: _backend.scope(device))
-    return found, fields(STRATEGY, "torch.distributed", collective, world,
+    return found, fields(STRATEGY, "torch.distributed", collective, len(cluster),
                          f"DDP all-reduce ({collective})")
 
 
@@ -72,8 +70,7 @@ def leave(found) -> None:
 
 def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
                shuffle: bool = True):
-    """A function that runs an epoch of DDP steps over this process's share of `x`, `y`, waits
-    for the updates and returns the summed loss of the steps over every process."""
+    """A function: an epoch of DDP steps, waited for, the summed loss of every process's steps."""
     torch, share = _backend.torch(), len(x) // found.world
     mine, batch = slice(found.rank * share, (found.rank + 1) * share), batch // found.world
     x = torch.as_tensor(x[mine], device=found.device)

@@ -1,8 +1,6 @@
 """gpubench: how much faster Keras deep learning runs on your GPU than on your CPU.
 `import gpubench as gb` loads no ML framework: the backend loads when something first needs it."""
 
-from __future__ import annotations
-
 import importlib
 import os
 import pkgutil

@@ -1,8 +1,5 @@
 """What every chapter does first: check its parameters, apply the profile, open the results. The
-cell that ran is the declaration: the parameters cell the kernel executed and papermill's injected
-cell (IPython's `In`); outside IPython, a book notebook's own cell, else the values given."""
-
-from __future__ import annotations
+declaration is the parameters cell the kernel ran (IPython's `In`), else the book notebook's."""
 
 import os
 import re
@@ -10,23 +7,21 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpubench import __version__, devices, machine, params, results  # devices: no backend yet
-from gpubench.backends import backend_title
-from gpubench.params import COMMON, ParameterError
+from gpubench import __version__, backends, devices, machine, params, results  # no backend yet
+from gpubench.params import COMMON
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")  # rich's colours, cursor moves
-INJECTED_HEADER = "# Parameters"  # the first line of the cell papermill injects
 
 
 def _literal(source: object) -> dict | None:
     try:  # {name: value} of a cell of `NAME = literal` lines only, else None
         return params.literal_cell(source) or None
-    except (ParameterError, SyntaxError, TypeError, ValueError):
+    except (SyntaxError, TypeError, ValueError):  # ParameterError too
         return None
 
 
-def _injected(source: object) -> bool:
-    return (isinstance(source, str) and source.lstrip().startswith(INJECTED_HEADER)
+def _injected(source: object) -> bool:  # papermill's cell: "# Parameters", then literals
+    return (isinstance(source, str) and source.lstrip().startswith("# Parameters")
             and _literal(source) is not None)
 
 
@@ -48,10 +43,8 @@ def declaration(notebook: str, values: dict) -> tuple[dict, int]:
 
 
 def start(notebook: str, values: dict | None = None, rules=None, **given) -> SimpleNamespace:
-    """The notebook's config: its parameters checked (from `values`, e.g. `globals()`; keywords
-    win; one attribute each, and all as `params`), the profile applied, the results store open
-    (`recording`: store, env and notebook for a record); bad input fails first, in one line.
-    `rules`: the notebook's own rules over all its values (Speed_Factors', Multi_GPU_Scaling's)."""
+    """The notebook's config (from `values`, e.g. `globals()`; keywords win): its parameters
+    checked, by `rules` too (its own), the profile applied, the results store open (`recording`)."""
     values = values or {}
     cell, since = declaration(notebook, values)
     cell = cell or {**dict.fromkeys(COMMON), **given}
@@ -59,7 +52,6 @@ def start(notebook: str, values: dict | None = None, rules=None, **given) -> Sim
                        how=f"passed to {notebook} (papermill -p)")
     store_rich_text_plain()
     given = {**{n: values[n] for n in cell if n in values}, **given}
-    given = params.check_params(notebook, given, cell, rules)
     chosen, changed = params.resolve(notebook, cell, **given)
     chosen = params.check_params(notebook, chosen, cell, rules)  # GPUBENCH_* too
     names = chosen.get("devices")
@@ -88,17 +80,16 @@ def describe_environment(env: dict) -> str:
     build = "CUDA build" if env["cuda_build"] else "CPU-only build"
     if env["cuda_build"] and env.get("cuda_version"):
         build += f", CUDA {env['cuda_version']}, cuDNN {env['cudnn_version']}"
-    backend = env.get("backend") or "tensorflow"
+    title = backends.backend_title(env.get("backend") or "tensorflow")
     warned = (env.get("backend_settings") or {}).get("fallback_warning")
     return (f"Machine:  {env['cpu_model']}, {env['cpu_count']} CPU cores, {env['ram_gb']} GB "
             f"RAM; GPU: {gpus or 'none'}\nSoftware: Python {env['python']}, Keras {env['keras']}"
-            f" on {backend_title(backend)} {env.get('backend_version') or env.get(backend)} "
+            f" on {title} {env['backend_version']} "
             f"({build}), {env['os']}" + (f"\nWARNING:  {warned}" if warned else ""))
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """`path` as it opens from the current folder: relative below it or where both lie in the
-    checkout (no machine path in stored outputs), else absolute."""
+    """`path` from the current folder: relative below it or within the checkout, else absolute."""
     path, here, root = Path(path).resolve(), Path.cwd().resolve(), machine.checkout()
     inside = root is not None and path.is_relative_to(root) and here.is_relative_to(root)
     return os.path.relpath(path, here) if inside or path.is_relative_to(here) else str(path)

@@ -1,8 +1,6 @@
 """Device names, the devices the backend sees, placement, and the guard against a silent CPU
 fallback: a GPU asked for and not seen raises `GPUNotAvailableError` with the diagnosis."""
 
-from __future__ import annotations
-
 import contextlib
 import warnings
 from collections.abc import Iterator
@@ -28,10 +26,12 @@ def resolve(name: str) -> str:
     """`name` as "cpu" or "gpu:N" ("auto": the first GPU, else the CPU), or DeviceError or
     GPUNotAvailableError (a GPU asked for and not seen) saying what to do instead."""
     match = params.DEVICE_PATTERN.match(check_name(name))
-    if match and match[1].lower() == "cpu":
+    if str(match[1]).lower() == "cpu":
         return "cpu"
-    if not match:  # "auto"
+    if match[1] is None:  # "auto"
         if not (gpus := list_devices()[1:]) and machine.nvidia_smi_gpus():
+            from gpubench.backends.diagnosis import diagnose  # noqa: PLC0415 - loaded only now
+
             warnings.warn("device 'auto' runs on the CPU although nvidia-smi lists a GPU.\n"
                           + diagnose(), stacklevel=2)
         return gpus[0] if gpus else "cpu"
@@ -53,14 +53,9 @@ def scope(device: str) -> Iterator[str]:
 def check_gpu(asked: str | None = None) -> list[str]:
     """The visible GPUs, or `GPUNotAvailableError` with the diagnosis (`asked`: who wanted one)."""
     if not (gpus := list_devices()[1:]):
+        from gpubench.backends.diagnosis import diagnose  # noqa: PLC0415 - only when missing
+
         title = backends.current().TITLE
         said = f"{asked}, but {title} sees none" if asked else f"{title} sees no GPU"
         raise GPUNotAvailableError(f"{said}.\n" + diagnose())
     return gpus
-
-
-def diagnose() -> str:
-    """Why the backend sees no GPU and what fixes it (the diagnosis loads only now)."""
-    from gpubench.backends import diagnosis  # noqa: PLC0415 - only when a GPU is missing
-
-    return diagnosis.diagnose(backends.current())

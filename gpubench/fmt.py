@@ -10,6 +10,7 @@ from gpubench.timing import busy_percent
 
 MISSING, NOT_A_NUMBER = "–", "n/a"  # a value not measured; one that is no finite number
 TEXT_CAP = 300  # characters of a record's text (an error, a reason) that a reader is shown
+ENERGY_METHODS = {"counter": " (counter)", "power_integral": " (power x time)"}  # GPU energy
 _NEGATIVE_ZERO = re.compile(r"^-(?=[0.,]*(?:$|[^0-9.,]))")  # "-0", "-0.0 s", "-0%"
 
 
@@ -64,8 +65,7 @@ def joules(value: float | None) -> str:
 
 
 def fmt_range(low: float, high: float, unit: str = "s") -> str:
-    """A range as "0.64–1.0 s": two significant figures, more where two would not tell the ends
-    apart (trailing zeros kept, whole numbers from 100)."""
+    """A range as "0.64–1.0 s": two significant figures, or more where two tell the ends apart."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return NOT_A_NUMBER
     for digits in (2, 3, 4):
@@ -98,30 +98,26 @@ def busy_text(busy: float | None, run_mean: bool) -> str:
 
 
 def telemetry_line(telemetry: dict | None, epochs: int | None = None,
-                   epoch_gpu_util: Sequence | None = None, epoch_energy: Sequence | None = None,
-                   ) -> str:
-    """A chapter's line: "GPU: busy 91 %, 287 W mean, 1,980 MHz, 107 J per steady epoch; CPU:
-    104 % of one core"; busy and energy over the same steady epochs, as in the report."""
+                   epoch_gpu_util: Sequence | None = (), epoch_energy: Sequence | None = ()) -> str:
+    """A chapter's line: "GPU: busy 91 %, 287 W mean, 107 J per steady epoch; CPU: 104 % ..."."""
     if not (t := telemetry):
         return "telemetry: not recorded"
-    energy = busy_percent(epoch_energy, None)[0]  # the median of the same epochs as GPU busy
-    gpu = _known([
+    gpu = [
         f"busy {busy_text(*busy_percent(epoch_gpu_util, t.get('gpu_util_percent_mean')))}",
         f"{number(t.get('power_watts_mean'))} W mean", f"{number(t.get('sm_clock_mhz_mean'))} MHz",
         "throttled (SM clock below 75 % of its max)" * bool(t.get("throttled")),
-        f"{joules(energy)} per steady epoch" if energy is not None
-        else f"{joules(t.get('energy_joules'))} in all",
-        "partial: NVML failed during the run" * bool(t.get("partial"))])
-    cpu = _known([f"{number(t.get('cpu_util_percent_mean'))} % of one core",
-                  f"{joules((t.get('cpu_energy_joules') or math.nan) / (epochs or 1))}"
-                  f"{' per epoch' * bool(epochs)} (RAPL)"])
+        f"{joules(energy)} per steady epoch" if (energy := busy_percent(epoch_energy, None)[0])
+        is not None else f"{joules(t.get('energy_joules'))} in all"
+        + ENERGY_METHODS.get(t.get("energy_method"), ""),
+        "partial: NVML failed during the run" * bool(t.get("partial"))]
+    cpu = [f"{number(t.get('cpu_util_percent_mean'))} % of one core",
+           f"{joules((t.get('cpu_energy_joules') or math.nan) / (epochs or 1))}"
+           f"{' per epoch' * bool(epochs)} (RAPL)"]
+    gpu, cpu = ([p for p in parts if p and MISSING not in p and NOT_A_NUMBER not in p]
+                for parts in (gpu, cpu))  # the parts that hold a figure
     if t.get("source") != "nvml":
         gpu = [f"none ({clip(t.get('reason')) or 'not measured'})"]
     return f"GPU: {', '.join(gpu) or 'no figures'}; CPU: {', '.join(cpu) or 'not measured'}"
-
-
-def _known(parts: list[str]) -> list[str]:  # the parts that hold a figure
-    return [p for p in parts if p and MISSING not in p and NOT_A_NUMBER not in p]
 
 
 def dtype_label(dtype: str | None, tf32: bool | None = None) -> str:

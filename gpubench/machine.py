@@ -1,8 +1,7 @@
 """The machine gpubench runs on, without any ML framework (stdlib only): nvidia-smi, the CPU and
 its energy counters (RAPL), RAM, load, the checkout. `facts()`: a record's framework-free part."""
 
-from __future__ import annotations
-
+import contextlib
 import functools
 import os
 import platform
@@ -38,12 +37,9 @@ def nvidia_smi_gpus() -> list[str] | None:
 
 def cpu_model() -> str:
     """The CPU's model name ("AMD EPYC 7B13", ...)."""
-    try:
-        found = re.search(r"^model name\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        found = None
-    if found:
-        return found[1].strip()
+    with contextlib.suppress(OSError):
+        if found := re.search(r"^model name\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M):
+            return found[1].strip()
     mac = platform.system() == "Darwin" and command_output(["sysctl", "-n",
                                                             "machdep.cpu.brand_string"])
     return mac or platform.processor() or platform.machine()
@@ -56,10 +52,9 @@ def cpu_count() -> int:
 
 def load_average() -> float | None:
     """The 1-minute load average (os.getloadavg), None where the system has none."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
+    return None
 
 
 def project_root() -> Path:
@@ -75,8 +70,7 @@ def checkout() -> Path | None:
 
 @functools.cache
 def facts() -> dict:
-    """The framework-free part of a record's environment (cached: the machine does not change):
-    nvidia-smi's GPUs (name, memory in GB, driver), the commit ("-dirty" with local changes)."""
+    """The framework-free part of a record's environment (cached: the machine does not change)."""
     gpus = []
     for line in (command_output(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                                  "--format=csv,noheader,nounits"]) or "").splitlines():
@@ -87,10 +81,9 @@ def facts() -> dict:
     if commit := command_output([*git, "rev-parse", "HEAD"]):
         dirty = command_output([*git, "status", "--porcelain", "--untracked-files=no"])
         commit += "-dirty" if dirty else ""
-    try:
+    ram_gb = None
+    with contextlib.suppress(AttributeError, ValueError, OSError):
         ram_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (AttributeError, ValueError, OSError):
-        ram_gb = None
     return {"python": platform.python_version(), "os": platform.platform(),
             "cpu_model": cpu_model(), "cpu_count": cpu_count(), "ram_gb": ram_gb,
             "gpus": gpus, "git_commit": commit, "hostname": platform.node(),
@@ -114,10 +107,9 @@ def rapl_packages(root: Path | None = None) -> list[tuple[Path, int]]:
 
 def read_rapl(packages: Sequence[tuple[Path, int]]) -> tuple[int, ...] | None:
     """The packages' energy counters in µJ, None if one cannot be read."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         return tuple(int(path.read_text()) for path, _ in packages)
-    except (OSError, ValueError):
-        return None
+    return None
 
 
 def rapl_joules(packages: Sequence[tuple[Path, int]],

@@ -8,7 +8,8 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from gpubench import backends, devices, fmt, results, timing
+from gpubench import backends, devices, plots, results, timing
+from gpubench.fmt import MISSING
 from gpubench.params import check_value, positive_int
 
 keras = backends.keras()  # Keras on the env's backend, its start-up chatter held back
@@ -48,8 +49,7 @@ def tf32_of(device: str, dtype: str) -> bool | None:
 
 
 def performanceTest(device_name, size, dtype="float32"):
-    """The book's measurement: random W and X made on the device, W @ X, the sum fetched;
-    the seconds of that one run, set-up included."""
+    """The book's timing of one W @ X: W and X made on the device, the sum fetched, in seconds."""
     device = devices.resolve(device_name)  # "/gpu:0" as the book writes it, or "gpu:0"
     start = time.perf_counter()
     with backend.scope(device):
@@ -61,8 +61,7 @@ def performanceTest(device_name, size, dtype="float32"):
 
 
 def rigorous_product(device_name, size, dtype="float32"):
-    """A function to time: the compiled W @ X on W and X made on the device beforehand; call it
-    inside `backend.scope` of that device, which places the product there."""
+    """The compiled W @ X, W and X made on the device beforehand: call it in its `backend.scope`."""
     device = devices.resolve(device_name)
     with backend.scope(device):
         w = keras.random.normal((size, size), dtype=dtype, seed=1)
@@ -73,8 +72,7 @@ def rigorous_product(device_name, size, dtype="float32"):
 
 
 def rigorous_test(device_name, size, dtype="float32", repeats=5):
-    """The rigorous measurement: the first call (it compiles) alone, then at least `repeats`
-    blocks of products, one sync per block (product time), and single calls (call latency)."""
+    """`rigorous_product` timed: its first call (compiling) apart, product time, call latency."""
     device = devices.resolve(device_name)
     run = rigorous_product(device, size, dtype)
     with backend.scope(device):  # once around every call: no per-call cost in the blocks
@@ -85,11 +83,9 @@ def rigorous_test(device_name, size, dtype="float32", repeats=5):
 
 
 def _peaks(device: str):
-    """gpubench.peaks, the GPU's facts, for a GPU; None for a CPU (where it is never loaded)."""
     if not device.startswith("gpu"):
         return None
-    from gpubench import peaks  # noqa: PLC0415 - only for a GPU
-
+    from gpubench import peaks  # noqa: PLC0415 - a GPU's facts: never loaded for a CPU
     return peaks
 
 
@@ -193,8 +189,7 @@ def sweep(sizes: Sequence[int], device_names: Sequence[str], methods: Sequence[s
     """`performance_test` of every size, device, dtype (and true float32) and method, stored."""
     sizes, dtypes = check_value("sizes", sizes), check_dtypes(dtype)
     resolved = [devices.resolve(n) for n in check_value("devices", device_names or [])]
-    for method in methods:
-        check_method(method)
+    methods = [check_method(method) for method in methods]
     positive_int("repeats", repeats)
     true_float32 = check_value("true_float32", true_float32)
     records = []
@@ -218,25 +213,10 @@ def sweep(sizes: Sequence[int], device_names: Sequence[str], methods: Sequence[s
 
 
 def describe(record: dict) -> str:
-    """One line for a matmul record, for progress output (times in ms)."""
-    r, dtype = record, fmt.dtype_label(record["dtype"], record.get("tf32"))
-    peak_probe = r.get("method") == results.PEAK_METHOD
-    head = (f"peak probe n={r['size']} {r['device']} {dtype}:" if peak_probe else
-            f"{r['size']:>5} x {r['size']:<5} {r['device']:<6} {dtype:<8} {r['method']:<9}")
+    """One progress line of a matmul record: its cells of the matmul table (`plots.cells`)."""
+    r = record
+    head = f"{r['method']} n={r['size']} {r['device']} {plots.label_of(r)}:"
     if r["status"] != "ok":
         return f"{head} {r['status'].upper()}: {r['error']}"
-    if peak_probe:
-        return (f"{head} {r['gflops']:.1f} GFLOP/s (fastest of {r['repeats']} blocks of "
-                f"{r['products_per_block']})")
-    line = f"{head} {1e3 * r['seconds']:9.4g} ms {r['gflops']:9.1f} GFLOP/s"
-    if r.get("spec_peak_gflops"):
-        line += f" ({100 * r['gflops'] / r['spec_peak_gflops']:.0f}% of datasheet peak)"
-    if r.get("call_seconds") is not None:
-        line += f"  one call {1e3 * r['call_seconds']:.4g} ms"
-    if r.get("noisy"):
-        line += f"  NOISY (spread {100 * r['relative_spread']:.0f}%)"
-    if r.get("warm_seconds") is not None:
-        line += f"  again {1e3 * r['warm_seconds']:.4g} ms"
-    if r.get("aligned_from") is not None:
-        line += f"  (n={r['aligned_from']} aligned)"
-    return line
+    cells = plots.cells(r, [r]).items()
+    return f"{head} " + "; ".join(f"{h} {c}" for h, c in cells if c != MISSING)

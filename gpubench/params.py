@@ -1,8 +1,5 @@
-"""The notebooks' parameter rules by name, whatever the notebook (the data: tables/params.json);
-stdlib only: the runner checks `-p` before any kernel starts, `gb.chapter.start` in the kernel.
-None takes the profile's value, or GPUBENCH_PROFILE, _DATA_SOURCE, _DATA_DIR, _DATASET."""
-
-from __future__ import annotations
+"""The notebooks' parameter rules by name (the data: tables/params.json), stdlib only; None takes
+the profile's value, or GPUBENCH_PROFILE, _DATA_SOURCE, _DATA_DIR, _DATASET."""
 
 import ast
 import errno
@@ -27,15 +24,11 @@ SHAPES = TABLES["shapes"]  # the images of each dataset, and those each model ta
 CHOICES = {"model": tuple(TRAINING_NOTEBOOKS.values()),
            **{kind: tuple(names) for kind, names in TABLES["choices"].items()}}
 DATASETS, SOURCES = CHOICES["dataset"], CHOICES["data_source"]
-CANONICAL = ("dataset", "data_source")  # read in any case, with "-" for "_" ("Fashion-MNIST")
 COMMON = ("profile", "results_path", "env_name")  # every cell declares them; the runner sets them
 LIMITS, INT_LISTS = TABLES["limits"], tuple(TABLES["int_lists"])  # the most a count may be
 LISTS_OF = TABLES["lists_of"]  # a list of CHOICES[kind] (dtype: one, or a list)
-FOLDERS = ("data_dir",)  # a folder that must exist when given
-TEXT = ("results_path", "env_name")  # a path or a label: any string
-ACCEPTED_DEVICES = ('"auto", "cpu", "gpu", "gpu:N", or TensorFlow\'s "/CPU:0", "/GPU:N", '
-                    '"/device:GPU:N"')
-DEVICE_PATTERN = re.compile(r"^/?(?:device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
+FOLDERS, TEXT = ("data_dir",), ("results_path", "env_name")  # a folder that must exist; a string
+DEVICE_PATTERN = re.compile(r"^(?:auto|/?(?:device:)?(cpu|gpu)(?::(\d+))?)$", re.IGNORECASE)
 
 
 class ParameterError(ValueError):
@@ -67,10 +60,10 @@ def positive_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = 
 
 def check_device(name: object, *, virtual_cpus: bool = False) -> str:
     """`name` stripped if its syntax is a device's ("cpu:N" only if virtual_cpus); DeviceError."""
-    match = DEVICE_PATTERN.match(name.strip()) if isinstance(name, str) else None
-    if not match and not (isinstance(name, str) and name.strip().lower() == "auto"):
-        raise DeviceError(f"unknown device {name!r}; use one of {ACCEPTED_DEVICES}")
-    if match and match[1].lower() == "cpu" and int(match[2] or 0) != 0 and not virtual_cpus:
+    if not (isinstance(name, str) and (match := DEVICE_PATTERN.match(name.strip()))):
+        raise DeviceError(f"unknown device {name!r}; use one of \"auto\", \"cpu\", \"gpu\", "
+                          "\"gpu:N\", or TensorFlow's \"/CPU:0\", \"/GPU:N\", \"/device:GPU:N\"")
+    if str(match[1]).lower() == "cpu" and int(match[2] or 0) != 0 and not virtual_cpus:
         raise DeviceError(f"unknown device {name!r}: there is one CPU device, use \"cpu\" "
                           "(Multi_GPU_Scaling's virtual_devices=N splits it into cpu:0..cpu:N-1)")
     return name.strip()
@@ -96,30 +89,20 @@ def resolve_profile(profile: str | None) -> str:
     return chosen
 
 
-def true_or_false(name: str, value: Any) -> bool:
-    """`value` as a bool: True, False, or "true"/"false" in any case (as `-p` passes it)."""
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if not isinstance(value, bool):
-        raise ParameterError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _folder(name: str, value: str | os.PathLike) -> str | os.PathLike:
     text = str(value)
-    shown = repr(text) if len(text) <= 80 else f"{text[:40]!r}... ({len(text)} characters)"
     try:
-        folder = stat.S_ISDIR(os.stat(os.path.expanduser(text)).st_mode)
-        why = "" if folder else "is a file, not a folder"
+        if stat.S_ISDIR(os.stat(os.path.expanduser(text)).st_mode):
+            return value
+        why = "is a file, not a folder"
     except ValueError:
         why = "holds a NUL character"
     except OSError as exc:
         why = ("is too long for this system" if exc.errno == errno.ENAMETOOLONG
                else "does not exist" if exc.errno in (errno.ENOENT, errno.ENOTDIR)
                else f"cannot be read ({exc.strerror})")
-    if why:
-        raise ParameterError(f"{name} {shown} {why}; give the folder holding the dataset's files")
-    return value
+    shown = repr(text) if len(text) <= 80 else f"{text[:40]!r}... ({len(text)} characters)"
+    raise ParameterError(f"{name} {shown} {why}; give the folder holding the dataset's files")
 
 
 def _hint(name: str) -> str:
@@ -144,8 +127,8 @@ def _as_list(name: str, value: Any) -> list:
 
 
 def one_of(name: str, value: Any, kind: str) -> str:
-    """`value` (canonical for CANONICAL kinds) if it is one of CHOICES[kind], else raise."""
-    canonical = kind in CANONICAL and isinstance(value, str)
+    """`value` (a dataset or source in any case) if it is one of CHOICES[kind], else raise."""
+    canonical = kind in ("dataset", "data_source") and isinstance(value, str)  # "Fashion-MNIST"
     found = value.strip().lower().replace("-", "_") if canonical else value
     if found not in CHOICES[kind]:
         where = f" in {name}; {_hint(name)}" if name != kind else ""
@@ -154,20 +137,15 @@ def one_of(name: str, value: Any, kind: str) -> str:
     return found
 
 
-def _count(name: str, item: Any) -> int:
-    number = int(item) if isinstance(item, str) and item.strip().isdigit() else item
-    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        raise ParameterError(f"{name}: {item!r} is not a positive integer; {_hint(name)}")
-    return positive_int(name, number, maximum=LIMITS[name])
-
-
 def check_value(name: str, value: Any, *, virtual_cpus: bool = False) -> Any:
-    """`value` checked by the rule of `name` (a list parameter as a list), or raise naming it;
-    a name with no rule keeps its value."""
+    """`value` by the rule of `name` (a list parameter as a list), or raise; no rule: as it is."""
     if value is None:
         return None
-    if name in INT_LISTS:
-        return [_count(name, item) for item in _as_list(name, value)]
+    if name in INT_LISTS:  # "100,1000" as `-p` passes it, too
+        counts = [int(i) if str(i).strip().isdigit() else i for i in _as_list(name, value)]
+        if bad := [i for i in counts if isinstance(i, bool) or not isinstance(i, int) or i < 1]:
+            raise ParameterError(f"{name}: {bad[0]!r} is not a positive integer; {_hint(name)}")
+        return [positive_int(name, count, maximum=LIMITS[name]) for count in counts]
     if name in LIMITS:
         return positive_int(name, value, maximum=LIMITS[name])
     if name == "dtype" and isinstance(value, str) and "," not in value:
@@ -180,14 +158,17 @@ def check_value(name: str, value: Any, *, virtual_cpus: bool = False) -> Any:
         return [check_device(d, virtual_cpus=virtual_cpus) for d in _as_list(name, value)]
     if name in CHECKS:
         return CHECKS[name](value)
+    if name == "true_float32" and str(value).lower() in ("true", "false"):  # as `-p` passes it
+        return str(value).lower() == "true"
+    if name == "true_float32":
+        raise ParameterError(f"{name} must be True or False, got {value!r}")
     if name in TEXT + FOLDERS and not isinstance(value, (str, os.PathLike)):
         raise ParameterError(f"{name} must be a path or a name (a string), got {value!r}")
     return _folder(name, value) if name in FOLDERS else value
 
 
-CHECKS = {"device": check_device, "profile": resolve_profile,
-          "true_float32": functools.partial(true_or_false, "true_float32")}
-RULED = (*LIMITS, *LISTS_OF, *CHOICES, "devices", *CHECKS, *TEXT, *FOLDERS)  # names with a rule
+CHECKS = {"device": check_device, "profile": resolve_profile}
+RULED = (*LIMITS, *LISTS_OF, *CHOICES, "devices", "true_float32", *CHECKS, *TEXT, *FOLDERS)
 
 
 def notebooks_dir() -> Path:
@@ -247,26 +228,23 @@ def parameter_names(notebook: str) -> list[str]:
     return list(declared(notebook))
 
 
-def _cell(notebook: str, cell: dict | None) -> dict[str, Any]:
-    return declared(notebook) if cell is None else cell
-
-
-def check_names(notebook: str, given: dict | list, cell: dict, how: str = "") -> None:
-    """Raise naming every name in `given` that `cell` (names and defaults) does not declare."""
+def check_names(notebook: str, given: dict | list, cell: dict | None, how: str = "") -> dict:
+    """`cell` (names and defaults; None: the book notebook's), after raising naming every name
+    in `given` it does not declare."""
+    cell = declared(notebook) if cell is None else cell
     if unknown := [name for name in given if name not in cell]:
         takes = ", ".join(name for name in cell if name not in COMMON) or "no parameter of its own"
         raise ParameterError(f"unknown parameter(s) {', '.join(unknown)} "
                              f"{how or 'for ' + notebook}; it takes {takes} (and "
                              f"{', '.join(COMMON)}, which `gpubench run` sets itself)")
+    return cell
 
 
 def check_params(notebook: str, given: dict, declared: dict | None = None,
                  rules: Callable[[dict], dict] | None = None) -> dict:
     """`given` checked: names against `declared` (None: the book notebook's cell), values by
-    their rules, then `rules`, the notebook's own (Speed_Factors' and Multi_GPU_Scaling's give
-    theirs: gpubench.factors.rules and gpubench.scaling.rules `check_parameters`)."""
-    cell = _cell(notebook, declared)
-    check_names(notebook, given, cell)
+    their rules, then by `rules`, the notebook's own (e.g. factors.rules.check_parameters)."""
+    cell = check_names(notebook, given, declared)
     cpus = "virtual_devices" in cell  # devices "cpu:N" name virtual CPUs
     checked = {name: check_value(name, value, virtual_cpus=cpus) for name, value in given.items()}
     if rules is not None:
@@ -284,8 +262,7 @@ def check_params(notebook: str, given: dict, declared: dict | None = None,
 def resolve(notebook: str, cell: dict | None = None, /, **given) -> tuple[dict, dict]:
     """(parameters with the profile's values and the GPUBENCH_* variables filled in,
     {name: (cell's, quick)} for those the quick profile replaced); `cell` as in check_params."""
-    cell = _cell(notebook, cell)
-    check_names(notebook, given, cell)
+    cell = check_names(notebook, given, cell)
     params = {name: given.get(name) for name in cell}
     params["profile"] = profile = resolve_profile(given.get("profile"))
     quick = QUICK.get(notebook, {}) if profile == "quick" else {}
@@ -302,9 +279,7 @@ def resolve(notebook: str, cell: dict | None = None, /, **given) -> tuple[dict, 
         except ParameterError as exc:
             raise ParameterError(f"{exc} (from GPUBENCH_DATASET)") from None
         params["dataset"] = name if SHAPES[name] == SHAPES[dataset] else dataset
-    if "data_source" in params:
-        params["data_source"] = (params["data_source"] or os.environ.get("GPUBENCH_DATA_SOURCE")
-                                 or "auto")
-    if "data_dir" in params:
-        params["data_dir"] = params["data_dir"] or os.environ.get("GPUBENCH_DATA_DIR") or None
+    for name, default in (("data_source", "auto"), ("data_dir", None)):
+        if name in params:
+            params[name] = params[name] or os.environ.get(f"GPUBENCH_{name.upper()}") or default
     return params, changed

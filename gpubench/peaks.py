@@ -32,14 +32,10 @@ def aligned_companion(size: int, device: str, dtype: str) -> int | None:
 
 
 def spec_peak_gflops(gpu_name: str | None, dtype: str, *, tf32: bool = False) -> float | None:
-    """Datasheet peak GFLOP/s of `gpu_name` at `dtype` (float32 with `tf32`: the TF32 peak where
-    the GPU has one); None when the GPU or the dtype is not listed."""
+    """Datasheet peak GFLOP/s of `gpu_name` at `dtype` (`tf32`: its TF32 peak where it has one)."""
     found = next((peaks for pattern, peaks, _ in TABLE
-                  if gpu_name and re.search(pattern, gpu_name, flags=re.IGNORECASE)), None)
-    key = _KEYS.get(dtype)
-    if found is None or key is None:
-        return None
-    key = "tf32" if key == "fp32" and tf32 and "tf32" in found else key
+                  if gpu_name and re.search(pattern, gpu_name, flags=re.IGNORECASE)), {})
+    key = "tf32" if dtype == "float32" and tf32 and "tf32" in found else _KEYS.get(dtype)
     return found[key] * 1000.0 if key in found else None
 
 

@@ -28,7 +28,6 @@ MATMUL_COLUMNS = ("size", "product time", "spread", "GFLOP/s", "% of datasheet p
                   "% of achievable", "call latency", "launch and sync per call",
                   "book's single timing", "of which set-up")
 NOISY = f"noisy: spread (IQR / median) above {NOISE_THRESHOLD:.0%} when the time cap stopped it"
-DECADE = 10.0  # values spanning more than this factor get a log axis
 
 
 def column_of(record: dict) -> str:
@@ -84,7 +83,6 @@ def figure(fig, figsize: tuple[float, float]):
     """`fig` resized to `figsize`, else a new pyplot figure of that size."""
     if fig is None:
         import matplotlib.pyplot as plt  # noqa: PLC0415 - only for a caller without a figure
-
         return plt.figure(figsize=figsize)
     fig.set_size_inches(figsize)
     return fig
@@ -105,16 +103,15 @@ def size_axis(ax, **labels):
 
 
 def log_if_wide(ax, values: list[float], axis: str = "y"):
-    """A log scale on `axis` where the positive `values` span more than DECADE."""
+    """A log scale on `axis` where the positive `values` span more than a factor of 10."""
     positive = [v for v in values if v and v > 0]
-    if positive and max(positive) / min(positive) > DECADE:
+    if positive and max(positive) / min(positive) > 10:
         getattr(ax, f"set_{axis}scale")("log")
     return ax
 
 
 def _lines(ax, series: dict, index: int, dtypes: bool = False) -> list[float]:
-    """Draw each series, a colour per column, device and dtype, the timing's style, markers
-    hollow where noisy; the dtype named where there are several (or `dtypes`), the column too."""
+    """Draw each series: a colour per column, device and dtype, hollow markers where noisy."""
     colours: dict = {}
     values = []
     dtypes = dtypes or len({k[3] for k in series}) > 1
@@ -132,15 +129,14 @@ def _lines(ax, series: dict, index: int, dtypes: bool = False) -> list[float]:
     return values
 
 
-def plot(records: list[dict], metric: str = "seconds", ax=None, title: str | None = None,
-         book: bool = True):
-    """The timings ("seconds") or GFLOP/s against size; the book's panel beside (`book`)."""
+def plot(records: list[dict], metric: str = "seconds", ax=None):
+    """The timings ("seconds") or GFLOP/s against size; on a new figure, the book's beside."""
     series = {k: v for k, v in matmul_series(records).items() if k[2] != BOOK
               and (metric == "seconds" or (k[2] == PRODUCT and any(p[2] for p in v)))}
     if not series:
         return None
     if ax is None:
-        two = metric == "seconds" and book
+        two = metric == "seconds"
         ax, *rest = figure(None, (14, 5) if two else (8, 5)).subplots(1, 2 if two else 1,
                                                                       squeeze=False)[0]
         if rest:
@@ -150,21 +146,20 @@ def plot(records: list[dict], metric: str = "seconds", ax=None, title: str | Non
     shown = [f"{QUANTITY_TITLES[q]} ({'solid' if q == PRODUCT else 'dashed'})"
              for q in (PRODUCT, CALL) if any(k[2] == q for k in series)]
     return size_axis(ax, ylabel="seconds" if index == 1 else "GFLOP/s (product time)",
-                     title=title or ("Measured: " + ", ".join(shown) if index == 1
-                                     else "Throughput from the product time"))
+                     title=("Measured: " + ", ".join(shown) if index == 1
+                            else "Throughput from the product time"))
 
 
-def plot_book(records: list[dict], ax, stored: bool = True):
-    """The book's single timing against size, and (`stored`) the book's own GT 720 figures."""
+def plot_book(records: list[dict], ax):
+    """The book's single timing against size, beside the book's own GT 720 figures."""
     values = _lines(ax, {k: v for k, v in matmul_series(records).items() if k[2] == BOOK}, 1)
-    if stored:
-        for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
-            book = BOOK_SECONDS[device]  # its sizes in order
-            ax.plot(list(book), list(book.values()), color=shade, linestyle="--", marker="x",
-                    label=f"the book: {BOOK_DEVICES[device]}, one run each, set-up included")
-            values += book.values()
-        ax.plot([], [], " ", label="a JAX or compiled first call sits above them: compiling "
-                                   "each new shape is inside this one timing")
+    for device, shade in (("gpu", "0.35"), ("cpu", "0.65")):
+        book = BOOK_SECONDS[device]  # its sizes in order
+        ax.plot(list(book), list(book.values()), color=shade, linestyle="--", marker="x",
+                label=f"the book: {BOOK_DEVICES[device]}, one run each, set-up included")
+        values += book.values()
+    ax.plot([], [], " ", label="a JAX or compiled first call sits above them: compiling "
+                               "each new shape is inside this one timing")
     log_if_wide(ax, values)
     return size_axis(ax, ylabel="seconds (one timing, set-up included)",
                      title="The book's single timing (matrices and set-up included)")
@@ -212,8 +207,7 @@ def plot_history(history: dict, epoch_seconds: list[float] | None = None, fig=No
 def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
     """Confusion matrix as a heat map with counts, rows = true class."""
     names = class_names or [str(i) for i in range(len(matrix))]
-    fig = figure(fig, (7, 6))
-    ax = fig.subplots()
+    ax = figure(fig, (7, 6)).subplots()
     image = ax.imshow(matrix, cmap="Blues")
     for i in range(len(matrix)):
         for j in range(len(matrix)):
@@ -222,9 +216,9 @@ def plot_confusion(matrix, class_names: list[str] | None = None, fig=None):
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
     ax.set_yticks(range(len(names)), names)
     ax.set(xlabel="predicted", ylabel="true")
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    return fig
+    ax.figure.colorbar(image, ax=ax)
+    ax.figure.tight_layout()
+    return ax.figure
 
 
 def _difference(value: float | None, show) -> str:
@@ -239,8 +233,8 @@ def _share(gflops: float | None, peak: float | None, above: str) -> str:
     return fmt(gflops / peak, ".0%") + (f" ({above})" if gflops > peak else "")
 
 
-def _row(r: dict, records: list[dict]) -> dict[str, str]:
-    """A table row's cells of one matmul record (rigorous or book)."""
+def cells(r: dict, records: list[dict]) -> dict[str, str]:
+    """A matmul record's cells of its table row (book, rigorous or peak) but its size."""
     if r["status"] != "ok":
         return {"book's single timing" if r["method"] == "book" else "call latency":
                 r["status"].upper()}
@@ -276,7 +270,7 @@ def matmul_tables(records: list[dict]) -> list[tuple[str, list[str], list[list[s
             size = (f"{r['size']} (aligned, beside {r['aligned_from']})"
                     if r.get("aligned_from") is not None else str(r["size"]))
             row = rows.setdefault(key, {"size": size})
-            row.update(_row(r, records))
+            row.update(cells(r, records))
             if r.get("noisy"):
                 row["size"] += " (noisy)"
         headers = [h for h in MATMUL_COLUMNS

@@ -1,8 +1,6 @@
 """The results record (declared once: gpubench/schemas/record.schema.json), the environment
 snapshot, and the JSON Lines store: one line per measurement, synced to disk when measured."""
 
-from __future__ import annotations
-
 import contextlib
 import datetime as _dt
 import errno
@@ -19,12 +17,10 @@ from gpubench import backends, machine, schema
 RECORD = schema.load("record")
 (SCHEMA,) = RECORD["properties"]["schema"]["enum"]  # the one version this code writes and reads
 RESULTS_FILE = "results.jsonl"
-STATUSES = tuple(RECORD["properties"]["status"]["enum"])
 BENCHMARKS = tuple(RECORD["properties"]["benchmark"]["enum"])
 COMMON_FIELDS = tuple(RECORD["required"])
 ENVIRONMENT_FIELDS = tuple(RECORD["properties"]["environment"]["required"])
 TELEMETRY_FIELDS = tuple(RECORD["$defs"]["telemetry"]["properties"])
-# Every field a record of each benchmark holds (make_record writes them all), in schema order.
 FIELDS = {benchmark: tuple(schema.declared(RECORD, RECORD, {"benchmark": benchmark}))
           for benchmark in BENCHMARKS}
 WRITE_ERRORS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
@@ -72,16 +68,16 @@ def current_attempt() -> int:
 
 def default_env_name() -> str:
     """GPUBENCH_ENV, else the backend's env label for what it sees ("cpu", "jax-gpu", ...)."""
-    backend = backends.current()
-    return os.environ.get("GPUBENCH_ENV") or backends.env_label(backend.NAME,
-                                                                backend.gpu_count() > 0)
+    return os.environ.get("GPUBENCH_ENV") or backends.env_label(
+        backends.current().NAME, backends.current().gpu_count() > 0)
 
 
 def make_record(benchmark: str, *, notebook: str, env: str, device: str, status: str = "ok",
                 error: str | None = None, environment: dict | None = None,
                 telemetry: dict | None = None, **fields: Any) -> dict:
     """One record with every schema field present (missing measurements are None)."""
-    for kind, value, known in (("benchmark", benchmark, BENCHMARKS), ("status", status, STATUSES)):
+    for kind, value, known in (("benchmark", benchmark, BENCHMARKS),
+                               ("status", status, RECORD["properties"]["status"]["enum"])):
         if value not in known:
             raise ValueError(f"unknown {kind} {value!r}; use one of {list(known)}")
     allowed = [name for name in FIELDS[benchmark] if name not in COMMON_FIELDS]
@@ -100,8 +96,7 @@ def make_record(benchmark: str, *, notebook: str, env: str, device: str, status:
 
 @functools.cache
 def checker(ranges: bool = False) -> schema.Checker:
-    """The record schema compiled once: all of it (`ranges`, the report's), or the fields and
-    types that the writer and every reader hold to (a droppable field may be anything)."""
+    """The record schema compiled: with `ranges` (the report's), else its fields and types."""
     return schema.Checker(RECORD if ranges else schema.types_only(RECORD))
 
 
@@ -125,18 +120,15 @@ class ResultsStore:
         """Open (and create if needed) the store at `path`; fail now if it cannot be written."""
         self.path = Path(path)
         try:
-            if self.path.is_dir():
-                raise IsADirectoryError(errno.EISDIR, "a directory")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.touch()
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))  # a directory: EISDIR
         except OSError as exc:
             raise ResultsPathError(
                 f"cannot write results to {str(self.path)!r} ({write_problem(exc)}); pass a "
                 f"results_path in a writable directory, e.g. runs/my-run/{RESULTS_FILE}") from None
 
     def append(self, record: dict) -> dict:
-        """Validate `record` and append it as one line synced to disk (NaN and infinity as
-        null; after a newline if the last line was cut off); return it."""
+        """Validate `record`, append it as one line (NaN as null) synced to disk; return it."""
         validate(record)
         text = json.dumps(json.loads(json.dumps(record), parse_constant=lambda name: None))
         data = (text + "\n").encode("utf-8")
@@ -159,8 +151,7 @@ class ResultsStore:
         return record
 
     def read(self) -> list[dict]:
-        """The store's records in the order written; a line that is no valid record is left out
-        (`gpubench report` names such lines)."""
+        """The store's records in the order written, lines that are no record left out."""
         found = []
         for line in self.path.read_bytes().splitlines():
             with contextlib.suppress(ValueError):
@@ -199,19 +190,9 @@ def parse_line(line: str | bytes) -> dict:
     return record
 
 
-def environment_snapshot(fresh: bool = False) -> dict:
-    """Hardware and software this process runs on (every environment field of the schema);
-    `fresh` looks again instead of using what was found first."""
-    if fresh:
-        _snapshot.cache_clear()
-        machine.facts.cache_clear()
-    return dict(_snapshot())
-
-
-@functools.cache
-def _snapshot() -> dict:
-    backend = backends.current()
-    facts = dict(machine.facts())
+def environment_snapshot() -> dict:
+    """Every environment field of a record: the machine (`machine.facts`) and the backend."""
+    backend, facts = backends.current(), dict(machine.facts())
     if not facts["gpus"]:  # no nvidia-smi: the names the backend gives
         facts["gpus"] = [{"name": backend.gpu_name(i), "memory_gb": None, "driver": None}
                          for i in range(backend.gpu_count())]
@@ -225,8 +206,8 @@ def runs_dir() -> Path:
 
 def default_results_path() -> Path:
     """GPUBENCH_RESULTS_PATH, else runs/interactive/results.jsonl (notebooks run by hand)."""
-    env = os.environ.get("GPUBENCH_RESULTS_PATH")
-    return Path(env) if env else runs_dir() / "interactive" / RESULTS_FILE
+    default = runs_dir() / "interactive" / RESULTS_FILE
+    return Path(os.environ.get("GPUBENCH_RESULTS_PATH") or default)
 
 
 def job_of(record: dict) -> tuple:

@@ -1,8 +1,5 @@
-"""The JSON Schemas of gpubench's files (gpubench/schemas/: a results record, run.json), compiled
-once: fast where a value is valid (fastjsonschema's compiled code), exact where it is not
-(jsonschema's errors, draft 2020-12, which gpubench.schema_words puts into words)."""
-
-from __future__ import annotations
+"""The JSON Schemas of gpubench's files (gpubench/schemas/), compiled once: fast where a value is
+valid (fastjsonschema), exact where it is not (jsonschema's errors, in words by schema_words)."""
 
 import functools
 import json
@@ -10,10 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# The keywords of a value's range and form; without them a schema asks only for fields and types.
-RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})
-# Keywords that apply to a value of any type: "X or null" is X taking null only without them.
-ANY_TYPE = frozenset({"not", "anyOf", "allOf", "if", "const", "enum"})
+RANGE_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "pattern", "not"})  # form
 
 
 @functools.cache
@@ -37,38 +31,14 @@ def types_only(part: Any) -> Any:
     if part.get("droppable") is True:
         return True
     kept = {k: types_only(v) for k, v in part.items() if k not in RANGE_KEYWORDS}
-    if "$defs" in kept:
-        kept["$defs"] = {name: or_null(kind) for name, kind in kept["$defs"].items()}
+    for kind in kept.get("$defs", {}).values():  # each value kind takes null too
+        types = kind.get("type") if isinstance(kind, dict) else None
+        if types is not None and "null" not in types:
+            kind["type"] = [*([types] if isinstance(types, str) else types), "null"]
     if "required" in kept:
         kept["required"] = [n for n in kept["required"]
                             if not part.get("properties", {}).get(n, {}).get("droppable")]
     return kept
-
-
-def or_null(part: Any) -> Any:
-    """`part`, taking null as well where it names a type."""
-    types = part.get("type") if isinstance(part, dict) else None
-    if types is None or "null" in types:
-        return part
-    return {**part, "type": [*([types] if isinstance(types, str) else types), "null"]}
-
-
-def inlined(root: dict, part: Any) -> Any:
-    """`part` with each "$ref" replaced by its definition and each "X or null" (anyOf) of a
-    typed X written as X taking null: the same checks, as compiled code runs them fastest."""
-    if isinstance(part, list):
-        return [inlined(root, v) for v in part]
-    if not isinstance(part, dict):
-        return part
-    if "$ref" in part:
-        return inlined(root, resolve(root, part))
-    part = {k: inlined(root, v) for k, v in part.items() if k != "$defs"}
-    options = part.get("anyOf", ())
-    if len(options) == 2 and {"type": "null"} in options:
-        (other,) = [o for o in options if o != {"type": "null"}]
-        if "type" in other and not ANY_TYPE & set(other):
-            part = {**{k: v for k, v in part.items() if k != "anyOf"}, **or_null(other)}
-    return part
 
 
 def declared(root: dict, part: dict, where: dict) -> dict[str, dict]:
@@ -94,7 +64,7 @@ class Checker:
         import fastjsonschema  # noqa: PLC0415 - setup runs gpubench on a bare Python
 
         self.schema = schema
-        self.compiled = fastjsonschema.compile(inlined(schema, schema), use_default=False)
+        self.compiled = fastjsonschema.compile(schema, use_default=False)
         self.failed = fastjsonschema.JsonSchemaException
 
     def valid(self, instance: Any) -> bool:
@@ -105,16 +75,11 @@ class Checker:
             return not next(self.errors(instance), None)
         return True
 
-    @functools.cached_property
-    def exact(self) -> Any:
-        """jsonschema's validator, made where a value first fails (0.1 s to import)."""
-        import jsonschema  # noqa: PLC0415
-
-        return jsonschema.Draft202012Validator(self.schema)
-
     def errors(self, instance: Any) -> Iterator[Any]:
-        """jsonschema's errors of `instance`, in the schema's order."""
-        return self.exact.iter_errors(instance)
+        """jsonschema's errors of `instance`, in the schema's order (imported where one fails)."""
+        import jsonschema  # noqa: PLC0415 - 0.1 s to import
+
+        return jsonschema.Draft202012Validator(self.schema).iter_errors(instance)
 
 
 @functools.cache

@@ -1,8 +1,6 @@
 """A schema error in words: the field, its value and what the schema asks for; loaded only where
 a record or run.json fails its schema (gpubench.schema): the writer, the readers, --resume."""
 
-from __future__ import annotations
-
 import json
 from typing import Any, NamedTuple
 

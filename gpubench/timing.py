@@ -29,26 +29,23 @@ def sync(*values: Any) -> None:
 
 @dataclass(frozen=True)
 class Stats:
-    """Summary of repeated timings, in seconds."""
+    """Summary of repeated timings, in seconds, and their relative spread (IQR / median)."""
 
     median: float
     min: float
     max: float
     iqr: float
     n: int
-
-    @property
-    def spread(self) -> float:
-        """The relative spread: IQR / median."""
-        return self.iqr / self.median if self.median > 0 else 0.0
+    spread: float
 
 
 def summarize(times: Sequence[float]) -> Stats:
-    """Median, min, max and interquartile range of `times` (at least one value)."""
+    """Median, min, max, interquartile range and spread of `times` (at least one value)."""
     if not times:
         raise ValueError("summarize() needs at least one timing")
-    q1, median, q3 = np.percentile(times, [25, 50, 75])
-    return Stats(float(median), float(min(times)), float(max(times)), float(q3 - q1), len(times))
+    q1, median, q3 = (float(q) for q in np.percentile(times, [25, 50, 75]))
+    return Stats(median, float(min(times)), float(max(times)), q3 - q1, len(times),
+                 (q3 - q1) / median if median > 0 else 0.0)
 
 
 def steady(per_epoch: Sequence) -> list:
@@ -105,19 +102,24 @@ class CpuMeter:
         return _cpu_figures(time.perf_counter() - wall, time.process_time() - cpu, joules)
 
 
-def cpu_combined(parts: Sequence[dict]) -> dict:
-    """One CPU telemetry object from per-region ones: CPU use weighted by time, energy summed."""
-    energy = [p["cpu_energy_joules"] for p in parts]
-    return _cpu_figures(sum(p["seconds"] for p in parts),
-                        sum(p["seconds"] * (p["cpu_util_percent_mean"] or 0) for p in parts) / 100,
-                        sum(energy) if energy and None not in energy else None)
+def run_telemetry(parts: Sequence[dict], device: str) -> dict:
+    """A run's telemetry object, and its per-epoch lists, from its epochs' telemetry objects."""
+    if not parts:
+        return {"telemetry": None}
+    if device.startswith("gpu"):
+        from gpubench import telemetry  # noqa: PLC0415 - tools tier, only where a GPU is measured
+        return {"telemetry": telemetry.combine(parts), **telemetry.epoch_fields(parts)}
+    energy = [p["cpu_energy_joules"] for p in parts]  # CPU use weighted by time, energy summed
+    seconds = sum(p["seconds"] * (p["cpu_util_percent_mean"] or 0) for p in parts) / 100
+    return {"telemetry": _cpu_figures(sum(p["seconds"] for p in parts), seconds,
+                                      sum(energy) if energy and None not in energy else None),
+            "epoch_cpu_util_percent": [p["cpu_util_percent_mean"] for p in parts]}
 
 
 def monitor(device: str):
     """The telemetry of a region on `device`: NVML's Monitor on a GPU, else a CpuMeter."""
     if not device.lower().lstrip("/").startswith("cpu") and devices.resolve(device) != "cpu":
         from gpubench import telemetry  # noqa: PLC0415 - tools tier, only where a GPU is measured
-
         return telemetry.Monitor(devices.resolve(device))
     return CpuMeter()  # "cpu", or "cpu:N" of a CPU split into virtual devices
 
@@ -166,28 +168,23 @@ def measure_blocks(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, *,
     while per_block < most and _block(fn, per_block) < target:
         per_block = min(2 * per_block, most)
     calls = [_block(fn, 1) for _ in range(repeats)] if per_block > 1 else []
-    times, spent = [], 0.0
-    with region(device) as found:
-        while len(times) < repeats or (summarize(times).spread > threshold and spent < cap):
-            seconds = _block(fn, per_block)
-            spent += seconds
-            times.append(seconds / per_block)
+    times: list[float] = []
+    with region(device) as found:  # the cap counts the blocks' seconds
+        while len(times) < repeats or (summarize(times).spread > threshold
+                                       and sum(times) * per_block < cap):
+            times.append(_block(fn, per_block) / per_block)
     return Measurement(first, times, per_block=per_block, calls=calls or times,
                        noisy=summarize(times).spread > threshold, **found)
 
 
 def epoch_timer(device: str | None = None):
     """A Keras callback: each epoch's seconds up to a sync, its telemetry (with `device`), load."""
-    keras = backends.keras()
-
-    class EpochTimer(keras.callbacks.Callback):
+    class EpochTimer(backends.keras().callbacks.Callback):
         """Times every epoch (validation included); the clock stops once the variables are ready."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.device = device
-            self.epoch_seconds: list[float] = []
-            self.epoch_telemetry: list[dict] = []
+            self.device, self.epoch_seconds, self.epoch_telemetry = device, [], []
             self.epoch_load_average: list[float | None] = []
 
         def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -223,6 +220,4 @@ def busy_percent(epoch_util: Sequence[float | None] | None,
                  run_mean: float | None) -> tuple[float | None, bool]:
     """GPU busy %: the median of the steady epochs' figures, else the run's mean (and True)."""
     found = [u for u in steady(epoch_util or []) if u is not None]
-    if found:
-        return float(np.median(found)), False
-    return run_mean, run_mean is not None
+    return (float(np.median(found)), False) if found else (run_mean, run_mean is not None)

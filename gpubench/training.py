@@ -13,7 +13,6 @@ from gpubench import backends, devices, fmt, matmul, results, timing
 from gpubench.data import Dataset
 from gpubench.params import check_value, positive_int
 
-CHANCE = 0.1  # ten classes
 Split = namedtuple("Split", "x_train y_train x_val y_val x_test y_test")
 Split.__doc__ = "Model-ready float32 arrays: train, validation and test."
 
@@ -26,9 +25,7 @@ VALIDATION_FRACTION = {"mnist": 5_000 / 60_000, "fashion_mnist": 5_000 / 60_000,
 
 
 def prepare(data, input_shape, validation_fraction=None):
-    """The book's preparation: pixels 0..255 to float32 in [0, 1], each image shaped
-    `input_shape` (the model's), the last `validation_fraction` of the training images held
-    out (None: the book's). Returns (x, y) of the training, validation and test images."""
+    """(x, y) of train, validation (the last `validation_fraction`) and test, scaled and shaped."""
     if math.prod(input_shape) != math.prod(data.x_train.shape[1:]):
         raise ValueError(f"{data.name} images are {data.x_train.shape[1:]}, but the model takes "
                          f"{tuple(input_shape)}: choose a dataset or a model that fits the other")
@@ -36,7 +33,7 @@ def prepare(data, input_shape, validation_fraction=None):
     def scaled(images):
         return images.reshape((len(images), *input_shape)).astype("float32") / 255
 
-    if validation_fraction is None:
+    if validation_fraction is None:  # the book's
         validation_fraction = VALIDATION_FRACTION[data.name]
     x, y = scaled(data.x_train), data.y_train
     cut = len(x) - round(len(x) * validation_fraction)
@@ -47,9 +44,7 @@ def prepare(data, input_shape, validation_fraction=None):
 
 
 def _builder(model_name: str):
-    """The book's builder of `model_name` (gpubench.models loads only for a name)."""
     from gpubench import models  # noqa: PLC0415 - the book's models, not a chapter's own
-
     return models.BUILDERS[check_value("model", model_name)]
 
 
@@ -95,19 +90,6 @@ def mode_fields(model, *, input_pipeline: str = "arrays", device: str | None = N
     return fields
 
 
-def _telemetry(timer, device: str) -> dict:
-    """The run's telemetry object and the per-epoch lists, from the timer's epochs."""
-    parts = timer.epoch_telemetry
-    if not parts:
-        return {"telemetry": None}
-    if device.startswith("gpu"):
-        from gpubench import telemetry  # noqa: PLC0415 - tools tier, only where a GPU is measured
-
-        return {"telemetry": telemetry.combine(parts), **telemetry.epoch_fields(parts)}
-    return {"telemetry": timing.cpu_combined(parts),
-            "epoch_cpu_util_percent": [p["cpu_util_percent_mean"] for p in parts]}
-
-
 def record(model, history, timer, data: Dataset, *, batch_size: int,
            samples: tuple[int, int], test: tuple[float, float] | None = None,
            error: BaseException | None = None, store: results.ResultsStore | None = None,
@@ -127,7 +109,8 @@ def record(model, history, timer, data: Dataset, *, batch_size: int,
         model=model.name, dataset=data.name, data_source=data.source,
         data_verified=data.verified, batch_size=batch_size, train_samples=samples[0],
         epochs=history.params["epochs"] if history is not None else len(timer.epoch_seconds),
-        validation_samples=samples[1], **mode, **_telemetry(timer, device),
+        validation_samples=samples[1], **mode,
+        **timing.run_telemetry(timer.epoch_telemetry, device),
         **timing.train_fields(timer.epoch_seconds, samples[0], mode["flops_per_sample"]),
         load_average=timing.highest(*timer.epoch_load_average),
         epoch_load_average=timer.epoch_load_average)
@@ -137,9 +120,7 @@ def record(model, history, timer, data: Dataset, *, batch_size: int,
     else:
         fields.update(test_loss=float(test[0]), test_accuracy=float(test[1]))
     made = results.make_record("train", **fields)
-    if store is not None:
-        store.append(made)
-    return made
+    return store.append(made) if store is not None else made
 
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int = 10) -> np.ndarray:
@@ -171,7 +152,7 @@ def summary(record: dict) -> str:
         f"{r['achieved_gflops']:.1f} GFLOP/s achieved ({r['flops_per_sample']:,} FLOPs per image)",
         f"  test:         accuracy {r['test_accuracy']:.4f}, loss {r['test_loss']:.4f}"
         + (" (near chance, 0.10: too little training to learn; quick-profile accuracy is not "
-           "meaningful)" if r["test_accuracy"] < 2 * CHANCE else ""),
+           "meaningful)" if r["test_accuracy"] < 0.2 else ""),
         f"  data:         {r['dataset']} from {r['data_source']}"
         + (" — NOT the real dataset" if r["data_source"] == "synthetic" else ""),
         "  telemetry:    " + fmt.telemetry_line(r["telemetry"], r["epochs"],

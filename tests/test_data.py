@@ -31,9 +31,9 @@ def offline(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     www = tmp_path / "www"
     www.mkdir()
-    monkeypatch.setattr(files, "MNIST_URL", www.as_uri() + "/mnist.npz")
-    monkeypatch.setattr(files, "FASHION_MNIST_BASE_URL", www.as_uri() + "/")
-    monkeypatch.setattr(files, "CIFAR10_URL", www.as_uri() + "/cifar-10-python.tar.gz")
+    monkeypatch.setattr(files, "URL", {"mnist": www.as_uri() + "/mnist.npz",
+                                       "fashion_mnist": www.as_uri() + "/",
+                                       "cifar10": www.as_uri() + "/cifar-10-python.tar.gz"})
     monkeypatch.setattr(data, "WARNED", set())  # each test starts as a fresh process would
     return www  # files put here can be "downloaded"
 
@@ -402,15 +402,15 @@ def test_official_checksum_table():
     for name in ("mnist", "fashion_mnist"):  # each IDX file by its decompressed bytes
         assert sorted(base for dataset, base in sums.values() if dataset == name) == sorted(
             [*files.IDX_FILES] + (["mnist.npz"] if name == "mnist" else []))
-    assert sums[files.MNIST_SHA256] == ("mnist", "mnist.npz")
-    assert sums[files.CIFAR10_SHA256] == ("cifar10", files.CIFAR10_ARCHIVE)
+    assert sums[files.KERAS_SHA256["mnist"]] == ("mnist", "mnist.npz")
+    assert sums[files.KERAS_SHA256["cifar10"]] == ("cifar10", files.CIFAR10_ARCHIVE)
 
 
 # ---------------------------------------------------------------- CIFAR-10 (source="dir")
 
 
 @pytest.mark.parametrize("style", ["py2", "py3"])
-@pytest.mark.parametrize("where", ["cifar10/cifar-10-batches-py", "."])
+@pytest.mark.parametrize("where", ["cifar10/cifar-10-batches-py", "cifar-10-batches-py"])
 def test_cifar_batches_folder(tmp_path, style, where):
     batches = write_cifar_folder(tmp_path / where, style)
     dataset = data.load("cifar10", "dir", data_dir=tmp_path, verbose=False)
@@ -491,7 +491,7 @@ def test_cifar_missing_batch_or_nothing_found(tmp_path):
 def test_keras_download_lands_in_the_keras_cache_and_is_reused(tmp_path, monkeypatch, offline):
     arrays = make_arrays()
     served = write_npz(offline / "mnist.npz", arrays)
-    monkeypatch.setattr(files, "MNIST_SHA256", sha256(served))
+    monkeypatch.setitem(files.KERAS_SHA256, "mnist", sha256(served))
     dataset = data.load("mnist", "keras", verbose=False)
     cached = cache_dir(tmp_path) / "mnist.npz"
     assert_same(dataset, arrays)
@@ -507,21 +507,21 @@ def test_keras_download_lands_in_the_keras_cache_and_is_reused(tmp_path, monkeyp
 def test_keras_download_with_wrong_hash_is_an_error_and_kept_nowhere(tmp_path, offline):
     write_npz(offline / "mnist.npz", make_arrays())
     message = error("mnist", "keras")
-    assert files.MNIST_URL in message and "sha256" in message and files.MNIST_SHA256 in message
+    assert files.URL["mnist"] in message and "sha256" in message and files.KERAS_SHA256["mnist"] in message
     assert list(cache_dir(tmp_path).iterdir()) == []
 
 
 def test_keras_cached_file_with_wrong_hash_is_not_trusted(tmp_path, monkeypatch, offline):
     write_npz(cache_dir(tmp_path) / "mnist.npz", make_arrays(seed=1))  # stale or damaged copy
     good = make_arrays(seed=2)
-    monkeypatch.setattr(files, "MNIST_SHA256", sha256(write_npz(offline / "mnist.npz", good)))
+    monkeypatch.setitem(files.KERAS_SHA256, "mnist", sha256(write_npz(offline / "mnist.npz", good)))
     assert_same(data.load("mnist", "keras", verbose=False), good)  # downloaded again
 
 
 def test_keras_download_failure_names_the_url(tmp_path):
     with pytest.raises(DataUnavailable) as info:
         data.load("mnist", "keras", verbose=False)
-    assert files.MNIST_URL in str(info.value) and 'source="dir"' in str(info.value)
+    assert files.URL["mnist"] in str(info.value) and 'source="dir"' in str(info.value)
     assert list(cache_dir(tmp_path).iterdir()) == []
 
 
@@ -530,7 +530,7 @@ def test_keras_download_times_out(monkeypatch):
         server.bind(("127.0.0.1", 0))
         server.listen(8)
         url = f"http://127.0.0.1:{server.getsockname()[1]}/cifar-10-python.tar.gz"
-        monkeypatch.setattr(files, "CIFAR10_URL", url)
+        monkeypatch.setitem(files.URL, "cifar10", url)
         monkeypatch.setattr(files, "DOWNLOAD_TIMEOUT", 1.0)
         with pytest.raises(DataUnavailable, match="timed out") as info:
             data.load("cifar10", "keras", verbose=False)
@@ -543,7 +543,7 @@ def test_keras_fashion_mnist_and_cifar10_use_keras_file_names(tmp_path, monkeypa
     assert_same(dataset, arrays)
     assert dataset.origin == str(cache_dir(tmp_path) / "fashion-mnist")
     batches = write_cifar_archive(offline / "cifar-10-python.tar.gz")
-    monkeypatch.setattr(files, "CIFAR10_SHA256", sha256(offline / "cifar-10-python.tar.gz"))
+    monkeypatch.setitem(files.KERAS_SHA256, "cifar10", sha256(offline / "cifar-10-python.tar.gz"))
     assert_cifar(data.load("cifar10", "keras", verbose=False), batches)
     assert (cache_dir(tmp_path) / "cifar-10-batches-py-target_archive").is_file()
 
@@ -563,7 +563,7 @@ def test_keras_cached_truncated_idx_is_named(tmp_path):
 def test_auto_offline_falls_back_to_synthetic_with_a_warning_once(capsys):
     dataset = data.load("cifar10", max_train_samples=100)
     assert dataset.source == "synthetic" and dataset.synthetic and dataset.verified is None
-    assert files.CIFAR10_URL in dataset.note and "dir: not tried" in dataset.note
+    assert files.URL["cifar10"] in dataset.note and "dir: not tried" in dataset.note
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Downloading")]
     assert len(lines) == 2 and lines[0].startswith("WARNING:") and "SYNTHETIC DATA" in lines[0]
     assert lines[1] == f"Data: {dataset.describe()}" and "SYNTHETIC DATA" in lines[1]
@@ -591,12 +591,12 @@ def test_printed_lines_show_the_home_folder_as_tilde(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert dataset.origin == str(tmp_path / "data" / "mnist")  # the record keeps the full path
     assert "into ~/keras_home/datasets" in out and "from directory ~/data/mnist:" in out
-    assert str(tmp_path) not in out.replace(files.MNIST_URL, "")  # (the test's URL is a file:// URL)
+    assert str(tmp_path) not in out.replace(files.URL["mnist"], "")  # (the test's URL is a file:// URL)
 
 
 def test_auto_prefers_the_keras_cache(tmp_path, monkeypatch, capsys):
     arrays = make_arrays(seed=5)
-    monkeypatch.setattr(files, "MNIST_SHA256", sha256(write_npz(cache_dir(tmp_path) / "mnist.npz", arrays)))
+    monkeypatch.setitem(files.KERAS_SHA256, "mnist", sha256(write_npz(cache_dir(tmp_path) / "mnist.npz", arrays)))
     write_idx_dir(tmp_path / "data")
     dataset = data.load("mnist", "auto", data_dir=tmp_path / "data", verbose=False)
     assert dataset.source == "keras" and dataset.note is None

@@ -241,10 +241,9 @@ def test_peak_probe_record_is_the_fastest_of_its_repeats(tiny_peak):
     assert record["first_seconds"] > 0 and isinstance(record["telemetry"], dict)
     assert results.peak_record([record], "test", "cpu", "float32") is record
     assert record["products_per_block"] >= 1 and record["call_seconds"] > 0
-    assert matmul.describe(record) == (
-        f"peak probe n=64 cpu float32: {record['gflops']:.1f} GFLOP/s (fastest of "
-        f"{record['repeats']} blocks of "
-        f"{record['products_per_block']})")
+    line = matmul.describe(record)  # the progress line: the matmul table's cells
+    assert line.startswith("peak n=64 cpu float32: product time ") and "; GFLOP/s " in line
+    assert plots.cells(record, [record])["GFLOP/s"] in line
 
 
 def test_peak_probe_that_runs_out_of_memory_is_recorded(tiny_peak, monkeypatch):
@@ -257,7 +256,7 @@ def test_peak_probe_that_runs_out_of_memory_is_recorded(tiny_peak, monkeypatch):
     record = matmul.peak("cpu", "bfloat16", notebook="performanceTest", env="test")
     assert record["status"] == "oom" and record["method"] == "peak" and record["gflops"] is None
     assert results.peak_record([record], "test", "cpu", "bfloat16") is None
-    assert matmul.describe(record).startswith("peak probe n=64 cpu bfloat16: OOM: RuntimeError")
+    assert matmul.describe(record).startswith("peak n=64 cpu bfloat16: OOM: RuntimeError")
 
 
 def test_peaks_for_reuses_its_envs_peak_and_measures_a_missing_one(tiny_peak, tmp_path):
@@ -512,7 +511,7 @@ def test_charts_mark_noisy_points_and_name_the_books_lines():
     records = [matmul_record(n, noisy=n == 1000, call_seconds=2e-3) for n in (500, 1000)]
     records += [matmul_record(n, method="book", seconds=0.1, warm_seconds=0.05)
                 for n in (500, 1000)]
-    ax = plots.plot(records, "seconds", report_format.new_axes(), book=False)
+    ax = plots.plot(records, "seconds", report_format.new_axes())
     labels = ax.get_legend_handles_labels()[1]
     assert plots.NOISY in labels and labels.count(plots.NOISY) == 1
     hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "white"]

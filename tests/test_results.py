@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import PYTHON, REPO
-from gpubench import results, rundir
+from gpubench import machine, results, rundir
 
 
 def _record(**fields):
@@ -195,21 +195,24 @@ def test_environment_snapshot_has_every_field():
 
 @pytest.fixture
 def fresh_snapshot():
-    """After the test, the environment snapshot taken anew (it is cached)."""
+    """The machine looked at anew in the test, and after it (`machine.facts` is cached)."""
+    machine.facts.cache_clear()
     yield
-    results.environment_snapshot(fresh=True)
+    machine.facts.cache_clear()
 
 
 def test_gpus_come_from_nvidia_smi(fake_command, fresh_snapshot):
     fake_command("nvidia-smi", 'echo "NVIDIA H200, 143771, 570.86.15"')
-    assert results.environment_snapshot(fresh=True)["gpus"] == [
+    assert results.environment_snapshot()["gpus"] == [
         {"name": "NVIDIA H200", "memory_gb": 140.4, "driver": "570.86.15"}]
 
 
 def test_tf_env_vars_are_recorded(monkeypatch, fresh_snapshot):
+    results.environment_snapshot()
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert "TF_ENABLE_ONEDNN_OPTS" not in results.environment_snapshot()["tf_env"]  # cached
-    assert results.environment_snapshot(fresh=True)["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    machine.facts.cache_clear()
+    assert results.environment_snapshot()["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
 def test_run_id_comes_from_the_runner(monkeypatch):
@@ -340,7 +343,7 @@ def test_the_record_schema_is_a_valid_draft_2020_12_schema_and_declares_what_is_
 
 
 def test_the_compiled_check_and_jsonschema_agree_on_mutated_records():
-    """The fast path (fastjsonschema, the schema inlined) decides as jsonschema does, at both
+    """The fast path (fastjsonschema's compiled code) decides as jsonschema does, at both
     levels, for records with any field of any kind mutated."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st

@@ -311,7 +311,7 @@ def test_the_cpu_meter_gives_cpu_use_and_rapl_energy(tmp_path, monkeypatch):
     assert result["reason"] == machine.CPU_REASON and result["source"] is None
     assert result["cpu_util_percent_mean"] > 20 and result["seconds"] > 0
     assert (result["cpu_energy_joules"], result["cpu_energy_method"]) == (2.5, "rapl")
-    combined = timing.cpu_combined([result, result])
+    combined = timing.run_telemetry([result, result], "cpu")["telemetry"]
     assert combined["cpu_energy_joules"] == 5.0
     assert combined["cpu_util_percent_mean"] == pytest.approx(result["cpu_util_percent_mean"],
                                                               abs=0.1)

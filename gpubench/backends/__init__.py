@@ -1,9 +1,7 @@
-"""The seam: what differs between Keras backends lives below this package, one module each with
-the same names (`tensorflow.py` lists them); the env names and the backends' titles live here.
-Keras's own rule picks the backend: KERAS_BACKEND, else ~/.keras/keras.json, else TensorFlow."""
+"""The seam: what differs between Keras backends lives below, one module each with the same names
+(`tensorflow.py` lists them); the env names and the backends' titles live here."""
 
-from __future__ import annotations
-
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -18,8 +16,7 @@ SUPPORTED = ("tensorflow", "jax", "torch")
 NOT_YET = {"numpy": "numpy cannot train", "openvino": "OpenVINO cannot train"}
 BACKEND_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 COMPILER = {"tensorflow": "XLA", "jax": "XLA", "torch": "torch.compile"}  # what compiling is
-# Env labels: TensorFlow keeps the book's "cpu"/"gpu"; other backends prefix their name.
-LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}
+LABEL_PREFIX = {"tensorflow": "", "jax": "jax-", "torch": "torch-"}  # TF keeps "cpu", "gpu"
 
 
 class BackendError(ValueError):
@@ -66,17 +63,12 @@ def kernel_name(env: str) -> str:
 
 def no_gpu_hint(backend: str) -> str:
     """What a chapter says when `backend` sees no GPU: where to see one, how to get one here."""
-    return (f"No GPU is visible to {backend_title(backend)} here. What an NVIDIA H200 gives: "
-            "reference/h200-jax/report.md in the gpubench repository (or `gpubench report "
-            "<your run dir> reference/h200-jax`, beside your own run); what a GPU here would "
-            "need: `gpubench doctor --gpu`.")
+    words = json.loads((Path(__file__).parents[1] / "tables" / "diagnosis.json").read_bytes())
+    return words["no_gpu_hint"].format(title=backend_title(backend))
 
 
 def quiet_import(name: str) -> ModuleType:
-    """Import module `name` with what it writes on file descriptor 2 dropped (TensorFlow's
-    absl/oneDNN lines), unless the import fails: then it is shown with the error."""
-    if name in sys.modules:
-        return sys.modules[name]
+    """Import module `name`, what it writes on fd 2 (absl, oneDNN) shown only where it fails."""
     sys.stderr.flush()
     with tempfile.TemporaryFile() as captured:
         saved = os.dup(2)
@@ -99,8 +91,7 @@ def tensorflow_importable() -> bool:
 
 
 def load_keras() -> ModuleType:
-    """Keras, after its backend's framework; a TensorFlow beside JAX or PyTorch, which Keras
-    imports on first use of tf.data, imports quietly too."""
+    """Keras, after its backend's framework; a TensorFlow beside JAX or PyTorch imports quietly."""
     import keras  # noqa: PLC0415 - after the backend's framework
     from keras.src.utils import module_utils  # noqa: PLC0415
 
@@ -120,10 +111,8 @@ def requested() -> str:
     name = os.environ.get("KERAS_BACKEND", "")
     if not name:
         config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             name = str(json.loads(config.read_text()).get("backend", ""))
-        except (OSError, ValueError, AttributeError):
-            name = ""
     return check_name(name or "tensorflow")
 
 

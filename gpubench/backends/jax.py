@@ -1,8 +1,5 @@
-"""The JAX backend (the names of `backends.tensorflow`). JAX dispatches asynchronously, on the CPU
-too: `sync` blocks on the values a timed region produced. JAX always compiles, so every `xla`
-trains compiled and the record says so; GPU memory is allocated as needed, and recorded."""
-
-from __future__ import annotations
+"""The JAX backend (the names of `backends.tensorflow`). JAX dispatches asynchronously, so `sync`
+blocks on the values a timed region produced; it always compiles, and the record says so."""
 
 import contextlib
 import functools
@@ -17,11 +14,6 @@ from gpubench.backends import GPUNotAvailableError, PlatformError
 
 NAME = "jax"
 TITLE = backends.BACKEND_TITLES[NAME]
-# The CUDA plugins of jax[cuda12] / jax[cuda13]: their presence makes a CUDA build.
-CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12",
-                "jax_plugins.xla_cuda13")
-# The precisions JAX's float32 matmuls may run on TF32 with (None: JAX's default).
-TF32_PRECISIONS = (None, "default", "tensorfloat32", "bfloat16_3x")
 tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # JAX's "falling back to cpu" warnings
 
@@ -57,15 +49,11 @@ def jax() -> ModuleType:
         if not {p.strip() for p in platforms.lower().split(",")} & {"cuda", "gpu", "rocm"}:
             raise PlatformError(f"JAX {version()} cannot start {named}{said_here}; set "
                                 "JAX_PLATFORMS=cpu or unset it") from exc
-        if not is_cuda_build():
-            raise GPUNotAvailableError(
-                f"{named} but this jaxlib {version()} has no CUDA plugin, so JAX cannot start at "
-                f"all{said_here}; set JAX_PLATFORMS=cpu or unset it, or install jax[cuda12] "
-                "(`pip install \"jax[cuda12]\"`) for the GPU") from exc
         raise GPUNotAvailableError(
-            f"{named} but JAX {version()} cannot start the GPU{said_here}; unset JAX_PLATFORMS "
-            "(or set it to cpu) to run on the CPU, or run `gpubench doctor --gpu` without "
-            "JAX_PLATFORMS for why it sees no GPU") from exc
+            f"{named} but this jaxlib {version()} "
+            f"{'cannot start the GPU' if is_cuda_build() else 'has no CUDA plugin'}{said_here}; "
+            "set JAX_PLATFORMS=cpu or unset it, or install jax[cuda12] for the GPU (`gpubench "
+            "doctor --gpu` without JAX_PLATFORMS says why it sees none)") from exc
     return module()
 
 
@@ -107,20 +95,15 @@ def gpu_name(index: int) -> str:
 
 def compute_capability(index: int) -> tuple[int, int] | None:
     """GPU `index`'s compute capability, None when unknown."""
-    try:
+    with contextlib.suppress(IndexError, ValueError):
         found = str(getattr(device(f"gpu:{index}"), "compute_capability", None)).split(".")
         return int(found[0]), int(found[1])
-    except (IndexError, ValueError):
-        return None
+    return None
 
 
 def is_cuda_build() -> bool:
     """Whether this jaxlib has a CUDA plugin installed (jax[cuda12] or jax[cuda13])."""
-    for name in CUDA_PLUGINS:
-        with contextlib.suppress(ImportError, ValueError):
-            if importlib.util.find_spec(name) is not None:
-                return True
-    return False
+    return any(importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13))
 
 
 def build_info() -> dict:
@@ -158,10 +141,9 @@ def scope(name: str) -> contextlib.AbstractContextManager:
 
 def sync(*values) -> None:
     """Block until `values` (arrays, Keras variables, lists of them) are computed."""
-    leaves = [v for value in values for v in (value if isinstance(value, (list, tuple))
-                                                else [value])]
-    arrays = [getattr(v, "value", v) for v in leaves]  # Keras variables hold a jax.Array
-    jax().block_until_ready([a for a in arrays if hasattr(a, "block_until_ready")])
+    jax().block_until_ready([getattr(v, "value", v)  # Keras variables hold a jax.Array
+                             for value in values
+                             for v in (value if isinstance(value, (list, tuple)) else [value])])
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -172,7 +154,8 @@ def is_oom(exc: BaseException) -> bool:
 
 def tf32_enabled() -> bool:
     """Whether float32 matmuls may use TensorFloat-32 now (JAX's default allows it on GPUs)."""
-    return jax().config.jax_default_matmul_precision in TF32_PRECISIONS
+    return jax().config.jax_default_matmul_precision in (None, "default", "tensorfloat32",
+                                                          "bfloat16_3x")
 
 
 def float32_precision(tf32: bool) -> contextlib.AbstractContextManager:

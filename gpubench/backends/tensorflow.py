@@ -1,20 +1,16 @@
 """The TensorFlow backend. Every backend module offers the same names (docs/backends.md lists
 them): NAME, TITLE, `said` (what the framework said when it found no GPU) and these functions."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 
 from gpubench import backends
 
 NAME = "tensorflow"
 TITLE = backends.BACKEND_TITLES[NAME]
-# Keras's jit_compile for gpubench's `xla`; "off" by default: Keras's "auto" turns XLA on only
-# where TensorFlow sees a GPU, so the CPU env and the GPU env would train in different modes.
-jit_compile = backends.jit_compile
+jit_compile = backends.jit_compile  # not "auto": XLA would be on only where TF sees a GPU
 tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # why TensorFlow could not list its GPUs
 
@@ -63,10 +59,9 @@ def gpu_count() -> int:
 
 
 def _details(index: int) -> dict:
-    try:  # what TensorFlow knows of GPU `index` (name, compute capability; {} when unknown)
+    with contextlib.suppress(IndexError, ValueError, RuntimeError):  # its name, capability
         return tf().config.experimental.get_device_details(list_gpus(tf())[index])
-    except (IndexError, ValueError, RuntimeError):
-        return {}
+    return {}
 
 
 def gpu_name(index: int) -> str:
@@ -95,8 +90,7 @@ def build_info() -> dict:
 
 
 def check_xla_flags() -> None:
-    """Compile one small function with XLA on the CPU: TensorFlow aborts on an XLA_FLAGS flag it
-    does not know at its first XLA compile (the runner calls this before any kernel starts)."""
+    """Compile with XLA on the CPU once: TensorFlow aborts there on XLA_FLAGS it does not know."""
     with tf().device("/CPU:0"):
         tf().function(lambda x: x + 1, jit_compile=True)(tf().constant(1.0))
 
@@ -127,16 +121,13 @@ def tf32_enabled() -> bool:
     return bool(tf().config.experimental.tensor_float_32_execution_enabled())
 
 
-@contextlib.contextmanager
-def float32_precision(tf32: bool) -> Iterator[None]:
+def float32_precision(tf32: bool) -> contextlib.AbstractContextManager:
     """Inside the block, float32 matmuls do (True) or do not (False) use TF32; restored after."""
-    config = tf().config.experimental
-    before = config.tensor_float_32_execution_enabled()
+    config, restore = tf().config.experimental, contextlib.ExitStack()
+    restore.callback(config.enable_tensor_float_32_execution,
+                     config.tensor_float_32_execution_enabled())
     config.enable_tensor_float_32_execution(tf32)
-    try:
-        yield
-    finally:
-        config.enable_tensor_float_32_execution(before)
+    return restore
 
 
 def compiled(fn: Callable) -> Callable:

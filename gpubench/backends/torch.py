@@ -1,14 +1,12 @@
-"""The PyTorch backend (the names of `backends.tensorflow`). Keras places tensors on the device of
-`keras.device(...)`; torch queues CUDA work, so `sync` waits for every GPU it started. `xla="on"`
-is torch.compile of the step; float32 matmuls use TF32 only where torch's precision allows it."""
-
-from __future__ import annotations
+"""The PyTorch backend (the names of `backends.tensorflow`): torch queues CUDA work, so `sync`
+waits for every GPU it started; `xla="on"` is torch.compile of the step."""
 
 import contextlib
 import functools
+import importlib
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 
 from gpubench import backends
@@ -20,12 +18,9 @@ tensorflow_importable = backends.tensorflow_importable
 said: list[str] = []  # what torch warned while looking for a GPU
 
 
-@functools.cache
 def torch() -> ModuleType:
     """The `torch` module (loaded on first use)."""
-    import torch as module  # noqa: PLC0415 - loaded on first use only
-
-    return module
+    return importlib.import_module("torch")
 
 
 def load_keras() -> ModuleType:
@@ -107,18 +102,14 @@ def tf32_enabled() -> bool:
     return torch().get_float32_matmul_precision() != "highest"
 
 
-@contextlib.contextmanager
-def float32_precision(tf32: bool) -> Iterator[None]:
+def float32_precision(tf32: bool) -> contextlib.AbstractContextManager:
     """Inside the block, float32 matmuls do (True) or do not (False) use TF32; restored after."""
-    before = torch().get_float32_matmul_precision()
+    restore = contextlib.ExitStack()
+    restore.callback(torch().set_float32_matmul_precision, torch().get_float32_matmul_precision())
     torch().set_float32_matmul_precision("high" if tf32 else "highest")
-    try:
-        yield
-    finally:
-        torch().set_float32_matmul_precision(before)
+    return restore
 
 
 def compiled(fn: Callable) -> Callable:
-    """`fn` as it is, for the rigorous matmul: eager torch runs one matmul as one ATen kernel,
-    which torch.compile would only wrap in guard checks."""
+    """`fn` as it is: eager torch runs one matmul as one ATen kernel (compiling adds guards)."""
     return fn

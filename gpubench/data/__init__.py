@@ -15,8 +15,7 @@ import numpy as np
 from gpubench.params import DATASETS, SOURCES, check_source, positive_int
 from gpubench.params import check_dataset as check_name  # the names' rules: params
 
-FACTS_FILE = Path(__file__).parents[1] / "tables" / "datasets.json"
-FACTS = json.loads(FACTS_FILE.read_text(encoding="utf-8"))["datasets"]  # shapes, sizes, classes
+FACTS = json.loads((Path(__file__).parents[1] / "tables" / "datasets.json").read_text())["datasets"]
 CLASS_NAMES = {name: facts["classes"] for name, facts in FACTS.items()}
 # Synthetic images: a class prototype (grey levels on block x block pixels, +-contrast/2) blended
 # with up to `mix` of another class's, plus uniform noise of std `noise`. Blocks survive
@@ -75,7 +74,6 @@ def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | N
             origin, arrays, verified = synthetic(name, max_train_samples, seed)
         else:
             from gpubench.data import files  # noqa: PLC0415 - the official files: real data
-
             try:  # only "auto" goes on to the next source, after noting why this one failed
                 origin, arrays, verified = (files.load_keras(name) if candidate == "keras"
                                             else files.load_dir(name, data_dir))
@@ -98,23 +96,21 @@ def load(name: str, source: str | None = "auto", data_dir: str | os.PathLike | N
 def announce(dataset: Dataset) -> None:
     """Print the data line, after a warning (synthetic data: once per dataset, in a box)."""
     ipython = sys.modules.get("IPython")  # only when already loaded: never import it here
-    if dataset.synthetic and dataset.name not in WARNED:
+    first = dataset.name not in WARNED
+    if dataset.synthetic:
         WARNED.add(dataset.name)
-        if getattr(ipython and ipython.get_ipython(), "kernel", None) is not None:
-            from IPython.display import Markdown, display  # noqa: PLC0415
-
-            why = shown(dataset.note or 'source="synthetic" was asked for')
-            display(Markdown(
-                f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
-                "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
-                f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
-                "pass `data_dir` a folder holding the official files."))
-        elif dataset.note:
-            print(f"WARNING: {dataset.name}: using SYNTHETIC DATA, not the real dataset, "
-                  f"because {shown(dataset.note)}")
-    elif dataset.note and not dataset.synthetic:
-        print(f"WARNING: {dataset.name}: using the {dataset.source} source, because "
-              f"{shown(dataset.note)}")
+    if first and dataset.synthetic and getattr(ipython and ipython.get_ipython(), "kernel", None):
+        from IPython.display import Markdown, display  # noqa: PLC0415
+        why = shown(dataset.note or 'source="synthetic" was asked for')
+        display(Markdown(
+            f"> **⚠ Synthetic data** — generated images, not the real {dataset.name}: "
+            "timings are valid, accuracy says nothing about the real dataset.\n>\n> Why: "
+            f"{why}.\n>\n> For the real data: go online once (Keras caches the files), or "
+            "pass `data_dir` a folder holding the official files."))
+    elif dataset.note and (first or not dataset.synthetic):
+        using = ("SYNTHETIC DATA, not the real dataset" if dataset.synthetic
+                 else f"the {dataset.source} source")
+        print(f"WARNING: {dataset.name}: using {using}, because {shown(dataset.note)}")
     print(f"Data: {dataset.describe()}")
 
 

@@ -23,24 +23,17 @@ IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-
              "t10k-labels-idx1-ubyte")
 CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 CIFAR10_ARCHIVE, CIFAR10_FOLDER = "cifar-10-python.tar.gz", "cifar-10-batches-py"
-NUM_CLASSES = 10  # labels 0..9 in all three datasets
-# What keras.datasets downloads (tests point them at local files).
-MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
-FASHION_MNIST_BASE_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
-CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
-DOWNLOAD_TIMEOUT = 30.0  # seconds without a byte before a download gives up
-DIR_SUBFOLDERS = {"mnist": ("mnist", "MNIST"), "cifar10": ("cifar10", "cifar-10"),
-                  "fashion_mnist": ("fashion-mnist", "fashion_mnist", "FashionMNIST")}
-# The file_hash keras.datasets.mnist and .cifar10 check their downloads against.
-MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
-CIFAR10_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
 _TABLES = json.loads((Path(__file__).parents[1] / "tables" / "datasets.json").read_text("utf-8"))
 TITLES = {name: facts["title"] for name, facts in _TABLES["datasets"].items()}
+# What keras.datasets downloads, per dataset (tests point them at local files), and its file_hash.
+URL, KERAS_SHA256 = _TABLES["keras"]["url"], _TABLES["keras"]["sha256"]
+DOWNLOAD_TIMEOUT = 30.0  # seconds without a byte before a download gives up
 # Every known official file: SHA-256 -> (dataset, file name without .gz).
 OFFICIAL_SHA256 = {
     **{sha: (name, base) for name, sums in _TABLES["idx_sha256"].items()
        for base, sha in zip(IDX_FILES, sums, strict=True)},
-    MNIST_SHA256: ("mnist", "mnist.npz"), CIFAR10_SHA256: ("cifar10", CIFAR10_ARCHIVE)}
+    KERAS_SHA256["mnist"]: ("mnist", "mnist.npz"),
+    KERAS_SHA256["cifar10"]: ("cifar10", CIFAR10_ARCHIVE)}
 IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
 # A CIFAR-10 batch holds a dict of bytes, lists, ints and one array: only the globals that
 # rebuild an array are unpickled (numpy 1 and 2 names), as a pickle could run any code.
@@ -89,7 +82,7 @@ def checked(arrays: tuple, files: tuple, shape: tuple) -> tuple:
         if y.shape != (len(x),):
             raise DataError(f"{x_file} has {len(x):,} images but {y_file} has {y.size:,} labels; "
                             "they must come from the same release: re-download both")
-        bad = (np.flatnonzero((y < 0) | (y >= NUM_CLASSES))
+        bad = (np.flatnonzero((y < 0) | (y >= 10))  # ten classes in all three
                if np.issubdtype(y.dtype, np.integer) else [0])
         if len(bad):
             raise DataError(f"{y_file}: label {y[bad[0]]} at index {bad[0]} is not an integer 0..9 "
@@ -194,7 +187,6 @@ def read_cifar(path: Path) -> tuple[tuple, bool]:
 def keras_file(fname: str, url: str, sha256_: str | None, subdir: str = "datasets") -> Path:
     """The cached file `fname`, downloaded (and hash-checked) by keras.utils.get_file if needed."""
     from gpubench import backends  # noqa: PLC0415 - Keras loads only for this source
-
     # Keras reads KERAS_HOME once, at import; read it per call so the cache follows it.
     cache = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
     target = cache / subdir / fname
@@ -220,14 +212,14 @@ def keras_file(fname: str, url: str, sha256_: str | None, subdir: str = "dataset
 def load_keras(name: str) -> tuple[Path, tuple, bool]:
     """(origin, arrays, verified) from the Keras cache, downloading what is missing."""
     if name == "mnist":
-        path = keras_file("mnist.npz", MNIST_URL, MNIST_SHA256)
+        path = keras_file("mnist.npz", URL[name], KERAS_SHA256[name])
         return path, *read_mnist_npz(path)
     if name == "fashion_mnist":  # Keras publishes no hash for these: OFFICIAL_SHA256 has them
-        paths = [keras_file(f"{base}.gz", f"{FASHION_MNIST_BASE_URL}{base}.gz", None,
+        paths = [keras_file(f"{base}.gz", f"{URL[name]}{base}.gz", None,
                             os.path.join("datasets", "fashion-mnist")) for base in IDX_FILES]
         return paths[0].parent, *read_idx_set(name, paths)
     # keras.datasets.cifar10 keeps the archive under this name; read it without extracting.
-    archive = keras_file("cifar-10-batches-py-target_archive", CIFAR10_URL, CIFAR10_SHA256)
+    archive = keras_file("cifar-10-batches-py-target_archive", URL[name], KERAS_SHA256[name])
     return archive, *read_cifar(archive)
 
 
@@ -239,14 +231,18 @@ def load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple
     if not data_dir.is_dir():
         raise DataError(f"data_dir {data_dir} is not a directory; pass the folder holding the "
                         f"{name} files")
-    folders = [data_dir] + [data_dir / sub for sub in DIR_SUBFOLDERS[name]]
+    folders = [data_dir] + [data_dir / sub for sub in _TABLES["subfolders"][name]]
+    searched = ", ".join(map(str, folders))
+    if name == "cifar10":  # the extracted batches' folder, else the archive
+        for path in (folder / leaf for folder in folders for leaf in (CIFAR10_FOLDER,
+                                                                      CIFAR10_ARCHIVE)):
+            if path.exists():
+                return path, *read_cifar(path)
+        raise DataError(f"cifar10 files not found in {searched}. Expected layout: <data_dir>"
+                        f"[/cifar10]/{CIFAR10_FOLDER}/ holding {', '.join(CIFAR10_BATCHES)}, or "
+                        f"<data_dir>[/cifar10]/{CIFAR10_ARCHIVE}")
     missing, wrong = IDX_FILES, None
     for folder in folders:
-        if name == "cifar10":  # its batches' folder, the batches (the first or test_batch), archive
-            for path in (folder / CIFAR10_FOLDER, folder, folder / CIFAR10_ARCHIVE):
-                if path.is_file() or any((path / b).is_file() for b in CIFAR10_BATCHES[::5]):
-                    return path, *read_cifar(path)
-            continue
         found = [next((folder / f for f in (base, f"{base}.gz") if (folder / f).is_file()), None)
                  for base in IDX_FILES]
         if None not in found:
@@ -261,13 +257,7 @@ def load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple
                       key=len)
     if wrong is not None:
         raise wrong
-    searched = ", ".join(map(str, folders))
-    if name == "cifar10":
-        raise DataError(f"cifar10 files not found in {searched}. Expected layout: "
-                        f"<data_dir>[/cifar10]/{CIFAR10_FOLDER}/ holding "
-                        f"{', '.join(CIFAR10_BATCHES)}, or those in <data_dir> itself, or "
-                        f"<data_dir>/{CIFAR10_ARCHIVE}")
     raise DataError(f"{name} files not found: missing {', '.join(missing)} (raw or .gz); searched "
-                    f"{searched}. Expected layout: <data_dir>[/{DIR_SUBFOLDERS[name][0]}]/ holding "
+                    f"{searched}. Expected layout: <data_dir>[/{folders[1].name}]/ holding "
                     f"{', '.join(IDX_FILES)}, each raw or gzipped"
                     + (" (or mnist.npz)" if name == "mnist" else ""))

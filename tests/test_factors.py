@@ -118,6 +118,20 @@ def test_time_boxed_record_rates_use_the_steps_measured():
     assert "10x slower" in table and "(the reference)" in table
 
 
+def test_the_chapters_chart_draws_rows_without_a_column_label():
+    """The chapter's `effects` rows name no machine · env column (the report's do): the chart
+    labels each by device and value alone, and a second column adds the column's label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows = factors.effects([_record(), _record(factor="batch_size", batch_size=1000)])
+    assert all("column" not in row for row in rows)
+    labels = [t.get_text() for t in _report().plot(rows).get_yticklabels()]
+    assert labels and all(label.startswith("cpu: ") for label in labels)
+    two = [row | {"column": f"m · {i}"} for i, row in enumerate(rows)]
+    assert [t.get_text() for t in _report().plot(two).get_yticklabels()][0].startswith("m · ")
+
+
 def test_the_table_shows_each_variants_gpu_busy_share():
     report = _report()
 

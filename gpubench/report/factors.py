@@ -134,7 +134,8 @@ def plot(effects: list[dict], ax=None):
         ax.annotate(f"{describe(e)}, cut", (s * (0.95 if s > 1 else 1.05), y), va="center",
                     fontsize="small", ha="right" if s > 1 else "left", color="darkred")
     several = len({e.get("column") for e in rows}) > 1
-    ax.set_yticks(range(len(rows)), [f"{e['column']} · " * several + f"{e['device']}: {e['value']}"
+    ax.set_yticks(range(len(rows)), [(f"{e['column']} · " if several else "")
+                                     + f"{e['device']}: {e['value']}"
                                      + " †" * bool(e["record"].get("paired_baseline_seconds"))
                                      for e in rows], fontsize="small")
     ax.invert_yaxis()

@@ -100,7 +100,8 @@ def _product_fields(m: timing.Measurement, size: int, figure: str) -> dict:
     return dict(seconds=getattr(s, figure), seconds_min=s.min, seconds_max=s.max,
                 seconds_iqr=s.iqr, first_seconds=m.first, repeats=s.n,
                 gflops=gflops(size, getattr(s, figure)), products_per_block=m.per_block,
-                call_seconds=m.call_stats.median, relative_spread=round(s.spread, 4),
+                call_seconds=m.call_stats.median, call_seconds_iqr=m.call_stats.iqr,
+                relative_spread=round(s.spread, 4),
                 noisy=m.noisy, telemetry=m.telemetry, load_average=m.load_average)
 
 

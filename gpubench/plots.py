@@ -25,9 +25,9 @@ QUANTITY_TITLES = {PRODUCT: "product time", CALL: "call latency", BOOK: "book's 
 _STYLE = {PRODUCT: "-", CALL: "--", BOOK: ":"}
 # The columns of a matmul table, in order (the report's glossary explains each).
 MATMUL_COLUMNS = ("size", "product time", "spread", "GFLOP/s", "% of datasheet peak",
-                  "% of achievable", "call latency", "launch and sync per call",
+                  "% of achievable", "call latency", "call spread", "launch and sync per call",
                   "book's single timing", "of which set-up")
-NOISY = f"noisy: spread (IQR / median) above {NOISE_THRESHOLD:.0%} when the time cap stopped it"
+NOISY = f"noisy: spread (IQR / median) above {NOISE_THRESHOLD:.0%}"
 
 
 def column_of(record: dict) -> str:
@@ -46,8 +46,17 @@ def sweep_records(records: list[dict]) -> list[dict]:
             if r.get("method") in ("book", "rigorous") and r.get("aligned_from") is None]
 
 
+def noise(r: dict, quantity: str) -> tuple[bool, float | None]:
+    """(noisy, spread: IQR / median) of a record's `quantity`: the spread above NOISE_THRESHOLD,
+    or the blocks noisy at the time cap (a single call measured then is as unsure)."""
+    iqr, call = r.get("call_seconds_iqr"), r.get("call_seconds")
+    spread = {PRODUCT: r.get("relative_spread"),
+              CALL: iqr / call if iqr is not None and call else None}.get(quantity)
+    return (quantity != BOOK and bool(r.get("noisy"))) or (spread or 0) > NOISE_THRESHOLD, spread
+
+
 def matmul_series(records: list[dict]) -> dict:
-    """(column, device, quantity, dtype label) -> [(size, seconds, gflops, noisy)], sorted."""
+    """(column, device, quantity, dtype label) -> [(size, seconds, gflops, noisy, spread)]."""
     series = defaultdict(list)
     for r in sweep_records(records):
         seconds = ({BOOK: r.get("seconds")} if r["method"] == "book"
@@ -56,12 +65,22 @@ def matmul_series(records: list[dict]) -> dict:
             if value is not None:
                 series[(column_of(r), r["device"], quantity, label_of(r))].append(
                     (r["size"], value, r.get("gflops") if quantity == PRODUCT else None,
-                     bool(r.get("noisy"))))
+                     *noise(r, quantity)))
     return {k: sorted(v) for k, v in sorted(series.items())}
 
 
+def could_reverse(gpu: tuple, cpu: tuple) -> bool:
+    """Whether a noisy pair's spreads could decide who wins: median x (1 +- spread) of the two
+    overlap; an unknown spread of a noisy side counts as could."""
+    if any(p[3] and p[4] is None for p in (gpu, cpu)):
+        return True
+    (g, gs), (c, cs) = (gpu[1], gpu[4] or 0), (cpu[1], cpu[4] or 0)
+    return (gpu[3] or cpu[3]) and g * (1 - gs) <= c * (1 + cs) and c * (1 - cs) <= g * (1 + gs)
+
+
 def speedup_series(records: list[dict], pairing=None) -> list[dict]:
-    """Each GPU series over its CPU pair's (same dtype, else float32): points and noisy sizes."""
+    """Each GPU series over its CPU pair's (same dtype, else float32): points, noisy sizes and
+    those whose spread could reverse who wins (`could_reverse`)."""
     series = matmul_series(records)
     found = []
     for (column, device, quantity, dtype), points in series.items():
@@ -72,10 +91,11 @@ def speedup_series(records: list[dict], pairing=None) -> list[dict]:
         cpu = {p[0]: p for p in series.get((cpu_column, "cpu", quantity, cpu_dtype), [])}
         pairs = [(p[0], cpu[p[0]][1] / p[1]) for p in points if p[0] in cpu]
         if pairs:
-            noisy = sorted(p[0] for p in points if p[0] in cpu and (p[3] or cpu[p[0]][3]))
+            paired = [(p, cpu[p[0]]) for p in points if p[0] in cpu]
             found.append({"column": column, "device": device, "dtype": dtype,
                           "quantity": quantity, "cpu_column": cpu_column, "cpu_dtype": cpu_dtype,
-                          "points": pairs, "noisy": noisy})
+                          "points": pairs, "noisy": [g[0] for g, c in paired if g[3] or c[3]],
+                          "unsure": [g[0] for g, c in paired if could_reverse(g, c)]})
     return found
 
 
@@ -242,7 +262,7 @@ def cells(r: dict, records: list[dict]) -> dict[str, str]:
         setup = r["seconds"] - r["warm_seconds"] if r.get("warm_seconds") is not None else None
         return {"book's single timing": fmt_time(r["seconds"]),
                 "of which set-up": _difference(setup, fmt_time)}
-    product, call = r.get("seconds"), r.get("call_seconds")
+    product, call, (noisy, spread) = r.get("seconds"), r.get("call_seconds"), noise(r, CALL)
     peak = peak_record(records, r["env"], r["device"], dtype_of(r))
     achievable = peak["gflops"] if peak and peak.get("tf32") == r.get("tf32") else None
     return {"product time": fmt_time(product),
@@ -252,6 +272,7 @@ def cells(r: dict, records: list[dict]) -> dict[str, str]:
                                           "datasheet figure; check gpubench/tables/peaks.json"),
             "% of achievable": _share(r.get("gflops"), achievable, "above the peak probe"),
             "call latency": fmt_time(call),
+            "call spread": fmt(spread, ".0%") + " noisy" * (spread is not None and noisy),
             "launch and sync per call": _difference(
                 (call - product) * 1e6 if product is not None and call is not None else None,
                 lambda us: f"{fmt(us, ',.0f')} µs")}

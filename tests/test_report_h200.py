@@ -62,7 +62,8 @@ def test_the_crossover_sentences_name_the_pairing_and_the_sizes(h200):
             "same machine's JAX CPU env (vm · jax-gpu timed no CPU).") in text
     assert ("- **gpu:0 bfloat16 vs CPU float32** (not like for like: bfloat16 against the CPU's "
             "float32): 6 sizes paired, no CPU partner at n = 1500, 2500, 3500, 4500, 8192; the "
-            "GPU wins at every paired size (n = 500–5000) for one product called alone (call "
+            "GPU wins at every paired size (n = 500–5000) (every paired size noisy, kept: the "
+            "spread there cannot reverse who wins) for one product called alone (call "
             "latency); at no paired size (n = 500–5000) by the book's single timing (set-up "
             "included).") in text
     assert "- **gpu:0 float32 (TF32) vs CPU float32** (not like for like: float32 (TF32) " in text
@@ -74,9 +75,11 @@ def test_old_rigorous_timings_read_as_call_latency_and_no_gflops_chart_is_drawn(
     assert "These records hold no product time" in text
     assert "matmul_gflops.png" not in charts and "No GFLOP/s chart: no product time" in text
     gpu_bf16 = text.split("**gpu:0 at bfloat16**")[1].split("**gpu:0 at float16**")[0]
-    assert ("| [size](#glossary) | [call latency](#glossary) | [book's single timing](#glossary) |"
-            in gpu_bf16)
-    assert "| 500 | 126 µs | 990 ms |" in gpu_bf16
+    assert ("| [size](#glossary) | [call latency](#glossary) | [call spread](#glossary) | "
+            "[book's single timing](#glossary) |" in gpu_bf16)
+    # the call spread: the converted records' IQR of the single calls, 73.5 µs over 126 µs
+    assert "| 500 | 126 µs | 58% noisy | 990 ms |" in gpu_bf16
+    assert "| 8192 | 1.64 ms | 4% | 1.64 s |" in gpu_bf16  # 68 µs over 1.64 ms: not noisy
 
 
 def test_charts_spanning_more_than_a_decade_use_log_axes(h200):
@@ -281,8 +284,8 @@ def test_a_gpu_float32_on_tf32_is_labelled_so_in_every_place(tmp_path, backend, 
 # ---------------------------------------------------------------- noise, machines, runs, load
 
 def test_a_noisy_size_is_marked_and_no_crossover_is_read_from_it(tmp_path):
-    # the GPU wins at 2000 only by noise; read without it, it wins from 2500
-    gpu = {500: 1.0, 1000: 1.5, 1500: 2.0, 2000: 1.0, 2500: 1.0, 3000: 1.0}
+    # the GPU wins at 2000 only by noise (1.7 s +- 40 % against 2 s); read without it, from 2500
+    gpu = {500: 1.0, 1000: 1.5, 1500: 2.0, 2000: 1.7, 2500: 1.0, 3000: 1.0}
     records = [_rigorous("jax-gpu", "cpu", n, n / 1000, n / 1000) for n in gpu]
     records += [_rigorous("jax-gpu", "gpu:0", n, s, s, relative_spread=0.4 if n == 2000 else 0.01,
                           noisy=n == 2000) for n, s in gpu.items()]
@@ -291,6 +294,25 @@ def test_a_noisy_size_is_marked_and_no_crossover_is_read_from_it(tmp_path):
     assert "from n = 2500 (n = 500–3000 paired) (2000 left out: noisy) when products stream" in line
     assert "from n = 2000" not in line
     assert "| 2000 (noisy) |" in text
+
+
+def test_a_noisy_call_latency_is_shown_and_kept_only_where_it_cannot_reverse_who_wins(tmp_path):
+    # call latencies of 1 ms on the GPU: at 1000 +- 60 % (still far below the CPU's 50 ms), at
+    # 2000 +- 60 % against the CPU's 1.2 ms, where the spread could decide who wins
+    cpu = {1000: 0.05, 2000: 1.2e-3, 3000: 0.5}
+    records = [_rigorous("jax-cpu", "cpu", n, s, s, call_seconds_iqr=0.01 * s) for n, s in cpu.items()]
+    records += [_rigorous("jax-gpu", "gpu:0", n, 1e-3, 1e-3, call_seconds_iqr=6e-4 if n < 3000
+                          else 1e-5) for n in cpu]
+    text = report.compose([_write(tmp_path, records)], draw=False)[0]
+    line = next(line for line in text.splitlines() if line.startswith("- **gpu:0 float32"))
+    assert ("at every paired size (n = 1000–3000) (2000 left out: noisy) (n = 1000 noisy, kept: "
+            "the spread there cannot reverse who wins) for one product called alone") in line
+    table = text.split("**gpu:0 at float32**")[1].split("\n\n")[1].splitlines()
+    assert "| [call latency](#glossary) | [call spread](#glossary) |" in table[0]
+    assert [row.split(" | ")[4] for row in table[2:]] == ["60% noisy", "60% noisy", "1%"]
+    series = report.matmul.speedup_series(report.load([_write(tmp_path, records)]))
+    call = next(s for s in series if s["quantity"] == "call")
+    assert call["noisy"] == [1000, 2000] and call["unsure"] == [2000]
 
 
 def test_the_readmes_comparison_with_the_reference_keeps_two_machines_named_vm_apart(tmp_path):

@@ -17,12 +17,17 @@ def speedup_series(records: list[dict]) -> list[dict]:
     return plots.speedup_series(records, lambda _, column: pairs.get(column))
 
 
-def crossover_words(points: list[tuple[int, float]], noisy=()) -> str:
-    """Where the GPU wins over the paired sizes that are not noisy, in words."""
-    kept = sorted(p for p in points if p[0] not in noisy)
-    left = f" ({', '.join(map(str, sorted(noisy)))} left out: noisy)" if noisy else ""
+def crossover_words(points: list[tuple[int, float]], unsure=(), noisy=()) -> str:
+    """Where the GPU wins over the paired sizes, those whose spread could reverse who wins left
+    out (`plots.could_reverse`), in words; the noisy sizes kept are named."""
+    kept = sorted(p for p in points if p[0] not in unsure)
+    left = f" ({', '.join(map(str, sorted(unsure)))} left out: noisy)" if unsure else ""
+    if also := sorted(set(noisy) - set(unsure)):
+        sizes = ("every paired size" if len(also) == len(points)
+                 else f"n = {', '.join(map(str, also))}")
+        left += f" ({sizes} noisy, kept: the spread there cannot reverse who wins)"
     if not kept:
-        return f"at no size read: every paired size was noisy{left}"
+        return f"at no size read: the spread could reverse who wins at every paired size{left}"
     span = f"n = {kept[0][0]}" + (f"–{kept[-1][0]}" if len(kept) > 1 else "")
     if (size := crossover(kept)) is not None:
         return (f"at every paired size ({span}){left}" if size == kept[0][0]
@@ -50,8 +55,8 @@ def crossover_lines(records: list[dict]) -> list[str]:
             alone = ", ".join(str(n) for n in sorted({r["size"] for r in sweep if (
                 column_of(r), r["device"], label_of(r)) == (column, device, dtype)} - paired))
             unlike = f" (not like for like: {dtype} against the CPU's {cpu_dtype})"
-            parts = [crossover_words(found[q]["points"], found[q]["noisy"]) + " "
-                     + prose(f"wins by {q}") for q in (PRODUCT, CALL, BOOK) if q in found]
+            parts = [crossover_words(*(found[q][k] for k in ("points", "unsure", "noisy")))
+                     + " " + prose(f"wins by {q}") for q in (PRODUCT, CALL, BOOK) if q in found]
             lines.append(prose("gpu wins", device=device, dtype=dtype, cpu=cpu_dtype,
                                unlike=unlike * (dtype != cpu_dtype), paired=len(paired),
                                alone=f", no CPU partner at n = {alone}" * bool(alone),

@@ -107,12 +107,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    return runner.loop.run(profile=args.profile, env_names=args.envs, notebooks=args.notebooks,
-                           out=args.out, resume=args.resume, here=args.here, kernel=args.kernel,
-                           params=runner.targets.parse_params(args.param))
-
-
 def _envs(args: argparse.Namespace) -> int:
     if args.driver is not None:
         print(create.driver_python(env=args.driver or None))
@@ -190,7 +184,7 @@ def missing_module(exc: ModuleNotFoundError, command: str) -> str:
     return f"{title} is not installed in {python}, and KERAS_BACKEND is {asked}; {use}; or {other}"
 
 
-COMMANDS = {"run": _run, "report": _report, "envs": _envs,
+COMMANDS = {"run": lambda args: runner.loop.run(args), "report": _report, "envs": _envs,
             "setup": lambda args: create.setup(gpu=args.gpu, backends=args.backends),
             "scaling": lambda args: importlib.import_module("gpubench.scaling").cli_main(args),
             "doctor": lambda args: doctor(args.gpu, args.json)}

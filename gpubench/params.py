@@ -223,11 +223,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def parameter_names(notebook: str) -> list[str]:
-    """The parameters a book notebook takes, in the order of its parameters cell."""
-    return list(declared(notebook))
-
-
 def check_names(notebook: str, given: dict | list, cell: dict | None, how: str = "") -> dict:
     """`cell` (names and defaults; None: the book notebook's), after raising naming every name
     in `given` it does not declare."""

@@ -240,8 +240,3 @@ def peak_record(records: list[dict], env: str, device: str, dtype: str) -> dict 
              and r.get("device") == device and dtype_of(r) == dtype and r.get("gflops")]
     return max(found, key=lambda r: str(r.get("timestamp") or ""), default=None)
 
-
-def peak_gflops(records: list[dict], env: str, device: str, dtype: str) -> float | None:
-    """The GFLOP/s of `peak_record` (None when that env never ran the probe at that dtype)."""
-    found = peak_record(records, env, device, dtype)
-    return found["gflops"] if found else None

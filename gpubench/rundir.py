@@ -115,7 +115,7 @@ def tidy(run_dir: Path) -> None:
               "kernel's key and ports): " + ", ".join(keys), flush=True)
 
 
-def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
+def write_atomic(target: Path, save: Callable[[Path], None]) -> None:
     """`save(tmp)` into `temp_of(target)`, then replace `target` with it (no temp file left)."""
     tmp = temp_of(target)
     try:
@@ -125,7 +125,6 @@ def write_atomic(target: Path, save: Callable[[Path], None]) -> Path:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    return target
 
 
 class Stop:

@@ -106,7 +106,7 @@ def test_parameters_cell_is_the_contract_and_papermill_reads_it(name):
 
     found = list(papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb")))
     expected = (["run_dirs", "out"] if name == "Compare_CPU_GPU"
-                else params.parameter_names(name))
+                else list(params.declared(name)))
     assert found == expected
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code")

@@ -46,7 +46,7 @@ def test_every_check_raises_the_parameter_error():
            lambda: params.check_value("data_source", "s3"),
            lambda: params.check_value("profile", "fast"),
            lambda: params.check_params("Mnist_CNN", {"sizes": [1]}),
-           lambda: params.parameter_names("Mnist")]
+           lambda: list(params.declared("Mnist"))]
     for call in bad:
         with pytest.raises(ParameterError):
             call()
@@ -129,7 +129,7 @@ def test_check_for_backend_refuses_tf_data_without_tensorflow():
 def test_quick_profile_only_overrides_what_it_names():
     for nb in params.NOTEBOOKS:
         quick, full = params.DEFAULTS["quick"][nb], params.DEFAULTS["full"][nb]
-        assert list(quick) == list(full) == [n for n in params.parameter_names(nb)
+        assert list(quick) == list(full) == [n for n in list(params.declared(nb))
                                              if n not in params.COMMON]
         assert {k for k in full if quick[k] != full[k]} <= set(params.QUICK[nb])
         assert quick["epochs" if "epochs" in quick else "repeats"] < \
@@ -298,7 +298,7 @@ def test_start_refuses_an_undeclared_injected_name_before_anything_runs(tmp_path
         chapter.start("Mnist_MLP_h1000", values)
     message = str(info.value)
     assert "epoch passed to Mnist_MLP_h1000" in message and "model" not in message
-    own = [n for n in params.parameter_names("Mnist_MLP_h1000") if n not in params.COMMON]
+    own = [n for n in list(params.declared("Mnist_MLP_h1000")) if n not in params.COMMON]
     # the runner's names are not offered as settable: papermill may set them, `-p` may not
     assert message.endswith(f"it takes {', '.join(own)} (and profile, results_path, env_name, "
                             "which `gpubench run` sets itself)")

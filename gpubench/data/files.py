@@ -234,8 +234,7 @@ def load_dir(name: str, data_dir: str | os.PathLike | None) -> tuple[Path, tuple
     folders = [data_dir] + [data_dir / sub for sub in _TABLES["subfolders"][name]]
     searched = ", ".join(map(str, folders))
     if name == "cifar10":  # the extracted batches' folder, else the archive
-        for path in (folder / leaf for folder in folders for leaf in (CIFAR10_FOLDER,
-                                                                      CIFAR10_ARCHIVE)):
+        for path in [f / leaf for f in folders for leaf in (CIFAR10_FOLDER, CIFAR10_ARCHIVE)]:
             if path.exists():
                 return path, *read_cifar(path)
         raise DataError(f"cifar10 files not found in {searched}. Expected layout: <data_dir>"

@@ -143,10 +143,9 @@ def _setup_conda_env(conda: str, name: str, root: Path, echo: Callable) -> bool:
         cmd = (["env", "update", "-n", kernel, "-f", yml, "--prune"] if exists
                else ["env", "create", "-f", yml])
     remove = f"To start from scratch: `{shlex.join([conda, 'env', 'remove', '-y', '-n', kernel])}`"
-    if not _run([conda, *cmd], f"{'update' if exists else 'create'} conda env {kernel} from "
-                f"{yml}", "Read the output above and fix its cause (network, disk space, a "
-                f"package conflict), then run setup again. {remove}.", cwd=root, echo=echo,
-                env=env):
+    if not _run([conda, *cmd], f"{'update' if exists else 'create'} conda env {kernel} from {yml}",
+                "Read the output above and fix its cause (network, disk space, a package "
+                f"conflict), then run setup again. {remove}.", cwd=root, echo=echo, env=env):
         return False
     python = [conda, "run", "-n", kernel, "python"]
     if why := import_fails(python, name, echo, env):
@@ -179,15 +178,14 @@ def _register(python: list[str], name: str, root: Path, hint: str, echo: Callabl
             code, said = done.returncode, (done.stderr.strip() or done.stdout.strip())
         except OSError as exc:
             code, said = None, str(exc)
-    if code == 0:
-        if done.stdout.strip():
-            echo(done.stdout.strip())  # "Installed kernelspec ... in ..."
-        return True
-    echo(f"warning: could not register {kernel} for Jupyter started by hand "
-         f"({said.splitlines()[-1] if said else f'exit code {code}'}). This checkout's kernel "
-         "is registered, and `gpubench run`, `make lab` and `make test` use it; for Jupyter "
-         "started by hand, make Jupyter's per-user folder writable (`jupyter --data-dir` names "
-         f"it) or set JUPYTER_PATH={checkout_kernels_dir(root)}")
+    if code == 0 and done.stdout.strip():
+        echo(done.stdout.strip())  # "Installed kernelspec ... in ..."
+    elif code != 0:
+        echo(f"warning: could not register {kernel} for Jupyter started by hand "
+             f"({said.splitlines()[-1] if said else f'exit code {code}'}). This checkout's "
+             "kernel is registered, and `gpubench run`, `make lab` and `make test` use it; for "
+             "Jupyter started by hand, make Jupyter's per-user folder writable (`jupyter "
+             f"--data-dir` names it) or set JUPYTER_PATH={checkout_kernels_dir(root)}")
     return True
 
 
@@ -237,10 +235,9 @@ def _setup_venv(name: str, root: Path, echo: Callable) -> bool:
     if not current:
         stamp.unlink(missing_ok=True)
         if not _run([str(python), "-m", "pip", "install", "-e", spec],
-                    f"pip install gpubench{spec[1:]} into {dirname}",
-                    "Read pip's output above and fix its cause (network, disk space; the GPU "
-                    "extras need Linux or WSL2), then run setup again. To start from scratch: "
-                    f"{afresh}.", cwd=root, echo=echo):
+                    f"pip install gpubench{spec[1:]} into {dirname}", "Read pip's output above and "
+                    "fix its cause (network, disk space; the GPU extras need Linux or WSL2), then "
+                    f"run setup again. To start from scratch: {afresh}.", cwd=root, echo=echo):
             return False
         if why := import_fails([str(python)], name, echo):
             echo(f"\nsetup failed: {dirname} is broken after pip install: {why}. Start it "

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpubench import backends, params, timing
-from gpubench.results import peak_gflops
+from gpubench.results import peak_record
 
 FACTORS = ("batch_size", "precision", "xla", "steps_per_execution", "input_pipeline")
 FACTOR_NAMES = ("baseline", *FACTORS, "combined")
@@ -164,7 +164,8 @@ def crossover_batch_size(records: Sequence[dict]) -> int | None:
 def percent_of_matmul_peak(record: dict, records: Sequence[dict]) -> float | None:
     """A train record's GFLOP/s as % of its env and device's matmul peak at its compute dtype."""
     dtype = COMPUTE_DTYPE.get(record.get("precision") or "float32")
-    peak = peak_gflops(list(records), record["env"], record["device"], dtype or "")
+    peak = (peak_record(list(records), record["env"], record["device"], dtype or "") or {}).get(
+        "gflops")
     gflops = record.get("achieved_gflops")
     return 100.0 * gflops / peak if peak and gflops else None
 

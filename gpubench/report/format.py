@@ -35,10 +35,10 @@ def glossary_lines() -> dict[str, str]:
     return {m[1]: m[0] for m in re.finditer(r"^- \*\*(.+?)\*\*: .+$", text, re.M)}
 
 
-def explained_table(headers: list[str], rows: list[list], right=()) -> list[str]:
+def explained_table(headers: list[str], rows: list[list]) -> list[str]:
     """Markdown lines: the table, each header the glossary defines linked to it."""
     linked = [f"[{h}](#glossary)" if h in glossary_lines() else h for h in headers]
-    return [md_table(linked, rows, [f"[{h}](#glossary)" for h in right] + list(right)), ""]
+    return [md_table(linked, rows), ""]
 
 
 def glossary(text: str) -> list[str]:

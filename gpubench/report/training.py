@@ -226,8 +226,7 @@ def backends_section(records: list[dict]) -> list[str]:
             reference = next((x for x in first if not mode_differences(x, r)), first[0])
             rate, theirs = (x.get("samples_per_second") or x["steady_epoch_seconds"] and  # images/s
                             x["train_samples"] / x["steady_epoch_seconds"] for x in (r, reference))
-            version = r["environment"].get("backend_version") or r["environment"].get(
-                backend_of(r))
+            version = r["environment"].get("backend_version") or r["environment"].get(backend_of(r))
             found.append([model_title(r["model"]), r["_machine"], r["device"],
                           backend_title(backend_of(r)) + (f" {version}" if version else ""),
                           r["env"], ", ".join(mode(r).values()),

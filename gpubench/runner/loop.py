@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpubench import backends, chapter, envs, results, rundir
 from gpubench import params as nb_params
-from gpubench.rundir import LOCK, MANIFEST, Stop, UsageError, signals_stop_the_run
+from gpubench.rundir import LOCK, MANIFEST, Stop, UsageError
 from gpubench.runner import kernels
 from gpubench.runner import targets as where
 from gpubench.runner.targets import NEW_RUN, Job, Target
@@ -48,31 +48,29 @@ class CellOutput(logging.Formatter):
         return bool(message) and not message.startswith(PAPERMILL_CHATTER)
 
 
-def run(profile: str | None = None, env_names: list[str] | None = None,
-        notebooks: list[str] | None = None, out: str | None = None, resume: str | None = None,
-        params: dict | None = None, here: bool = False, kernel: str | None = None) -> int:
-    """Run the notebooks across envs (or `here`, or in `kernel`), then the report; the exit code."""
-    with signals_stop_the_run():  # from the start: a Ctrl-C ends in one line
-        new = [option for option, value in (("--out", out), ("-p", params), ("--envs", env_names),
-                                            ("--here", here), ("--kernel", kernel)) if value]
-        if resume and new:
-            raise UsageError(f"{new[0]} goes with a new run; --resume finishes the run as it "
-                             "started (its envs, parameters and folder)")
-        envs.use_checkout_kernels()
-        with contextlib.ExitStack() as stack:
-            if resume:
-                run_dir, manifest, jobs = load_run(resume, profile, stack)
-                targets, problems = where.for_resume(manifest, jobs, run_dir / MANIFEST)
-            else:
-                chosen = where.check_notebooks(notebooks)
-                where.check_params(params or {}, chosen)
-                targets = where.probed(kernel) if here or kernel else where.standard(env_names)
-                problems = where.find_problems(targets, chosen, params or {},
-                                               named=env_names is not None)
-                run_dir, manifest, jobs = new_run(
-                    out, nb_params.resolve_profile(profile) if profile else "full", targets,
-                    chosen, params or {}, stack, named=notebooks is not None)
-            return _run_jobs(run_dir, manifest, jobs, targets, problems, bool(resume))
+def run(args) -> int:
+    """`gpubench run ARGS`: the notebooks across envs (or --here, or --kernel), then the report."""
+    params = where.parse_params(args.param)
+    new = [option for option, value in (("--out", args.out), ("-p", params), ("--envs", args.envs),
+                                        ("--here", args.here), ("--kernel", args.kernel)) if value]
+    if args.resume and new:
+        raise UsageError(f"{new[0]} goes with a new run; --resume finishes the run as it "
+                         "started (its envs, parameters and folder)")
+    envs.use_checkout_kernels()
+    with contextlib.ExitStack() as stack:
+        if args.resume:
+            run_dir, manifest, jobs = load_run(args.resume, args.profile, stack)
+            targets, problems = where.for_resume(manifest, jobs, run_dir / MANIFEST)
+        else:
+            chosen = where.check_notebooks(args.notebooks)
+            where.check_params(params, chosen)
+            targets = (where.probed(args.kernel) if args.here or args.kernel
+                       else where.standard(args.envs))
+            problems = where.find_problems(targets, chosen, params, named=args.envs is not None)
+            run_dir, manifest, jobs = new_run(
+                args.out, nb_params.resolve_profile(args.profile) if args.profile else "full",
+                targets, chosen, params, stack, named=args.notebooks is not None)
+        return _run_jobs(run_dir, manifest, jobs, targets, problems, bool(args.resume))
 
 
 def save_jobs(run_dir: Path, manifest: dict, jobs: list[Job]) -> None:
@@ -164,8 +162,7 @@ def _run_jobs(run_dir: Path, manifest: dict, jobs: list[Job], targets: dict[str,
                                     else f"kernel {target.kernel} ({target.python})")
                   + f"; {target.backend} sees {', '.join(target.devices or ['?'])}")
         if resumed:
-            print(f"resuming: {len(jobs) - len(todo)} notebook(s) already done, "
-                  f"{len(todo)} to run")
+            print(f"resuming: {len(jobs) - len(todo)} notebook(s) already done, {len(todo)} to run")
         plan(todo, manifest, targets, problems)
         expected = nb_params.EXPECTED_SECONDS[manifest["profile"]]
         runnable = [j for j in todo if j.status == "pending"]

@@ -257,9 +257,8 @@ def find_problems(targets: dict[str, Target], notebooks: list[str], params: dict
                 done = subprocess.run([target.python, "-c", check], env=environ, timeout=600,
                                       capture_output=True, text=True, cwd=tempfile.gettempdir())
             except (OSError, subprocess.TimeoutExpired) as exc:
-                raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in "
-                                 f"{target.python} ({exc}); unset XLA_FLAGS, or fix that "
-                                 "env") from None
+                raise UsageError(f"env {env}: cannot check XLA_FLAGS={flags!r} in {target.python} "
+                                 f"({exc}); unset XLA_FLAGS, or fix that env") from None
             said = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
             if done.returncode != 0:
                 line = next((s for s in reversed(said) if "XLA_FLAGS" in s), said[-1])

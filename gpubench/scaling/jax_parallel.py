@@ -76,8 +76,7 @@ def leave(found) -> None:
     _backend.module().distributed.shutdown()
 
 
-def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
-               shuffle: bool = True):
+def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0, shuffle: bool = True):
     """A function: an epoch of `fit` on this process's share, the summed loss of its steps."""
     import numpy as np  # noqa: PLC0415
 

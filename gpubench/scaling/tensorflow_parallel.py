@@ -63,8 +63,7 @@ def leave(found) -> None:
     """Nothing to do: a TensorFlow process leaves its cluster when it ends."""
 
 
-def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
-               shuffle: bool = True):
+def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0, shuffle: bool = True):
     """A function: an epoch of compiled steps, waited for, the summed loss of its steps."""
     tf = _backend.tf()
 

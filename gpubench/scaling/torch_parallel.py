@@ -68,8 +68,7 @@ def leave(found) -> None:
         _backend.torch().distributed.destroy_process_group()
 
 
-def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0,
-               shuffle: bool = True):
+def make_epoch(found, model, x, y, batch: int, steps: int, *, seed: int = 0, shuffle: bool = True):
     """A function: an epoch of DDP steps, waited for, the summed loss of every process's steps."""
     torch, share = _backend.torch(), len(x) // found.world
     mine, batch = slice(found.rank * share, (found.rank + 1) * share), batch // found.world

@@ -109,8 +109,7 @@ class Monitor:
         try:
             self.result = self._summary()
         except Exception as error:  # noqa: BLE001  (nothing raises out of a Monitor)
-            self.result = {**unmeasured(f"telemetry failed: {_error_text(error)}"),
-                           "partial": True}
+            self.result = unmeasured(f"telemetry failed: {_error_text(error)}") | {"partial": True}
         return self.result
 
     def sample(self, last: bool = False) -> None:

@@ -127,8 +127,9 @@ def check_name(name: str) -> str:
 
 @functools.cache
 def keras() -> ModuleType:
-    """Keras, loaded once on the requested backend, its start-up chatter held back."""
-    return importlib.import_module(f"gpubench.backends.{requested()}").load_keras()
+    """Keras, loaded once on the requested backend after its framework, its chatter held back."""
+    importlib.import_module(f"gpubench.backends.{requested()}").framework()
+    return load_keras()
 
 
 @functools.cache

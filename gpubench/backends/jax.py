@@ -57,10 +57,7 @@ def jax() -> ModuleType:
     return module()
 
 
-def load_keras() -> ModuleType:
-    """Keras on JAX (a TensorFlow beside it, for tf.data, imports quietly)."""
-    jax()
-    return backends.load_keras()
+framework = jax  # what `backends.keras` starts before Keras
 
 
 def version() -> str:
@@ -118,7 +115,7 @@ def build_info() -> dict:
             found = cuda_versions.cudnn_get_version()
             cudnn = f"{found // 10000}.{found % 10000 // 100}"
     return {"backend": NAME, "backend_version": version(), "tensorflow": None,
-            "jax": version(), "keras": load_keras().__version__, "cuda_build": is_cuda_build(),
+            "jax": version(), "keras": backends.keras().__version__, "cuda_build": is_cuda_build(),
             "cuda_version": cuda, "cudnn_version": cudnn,
             "backend_settings": {
                 "gpu_memory_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",

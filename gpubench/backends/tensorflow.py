@@ -25,6 +25,9 @@ def tf() -> ModuleType:
     return module
 
 
+framework = tf  # what `backends.keras` starts before Keras
+
+
 def enable_memory_growth(module: ModuleType) -> None:
     """Let TensorFlow `module` grow GPU memory as needed (before the GPUs initialise)."""
     for gpu in list_gpus(module):
@@ -40,12 +43,6 @@ def list_gpus(module: ModuleType) -> list:
         text = " ".join(str(exc).split())[:300]
         said[:] = [f"{type(exc).__name__}: {text}" if text else type(exc).__name__]
         return []
-
-
-def load_keras() -> ModuleType:
-    """Keras on TensorFlow, loaded quietly."""
-    tf()
-    return backends.load_keras()
 
 
 def version() -> str:
@@ -84,7 +81,7 @@ def build_info() -> dict:
     """TensorFlow, Keras and CUDA versions of this build, and the settings that change speed."""
     info = tf().sysconfig.get_build_info()
     return {"backend": NAME, "backend_version": version(), "tensorflow": version(), "jax": None,
-            "keras": load_keras().__version__, "cuda_build": is_cuda_build(),
+            "keras": backends.keras().__version__, "cuda_build": is_cuda_build(),
             "cuda_version": info.get("cuda_version"), "cudnn_version": info.get("cudnn_version"),
             "backend_settings": {"gpu_memory_growth": True, "tf32": tf32_enabled()}}
 

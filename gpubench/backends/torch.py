@@ -23,10 +23,7 @@ def torch() -> ModuleType:
     return importlib.import_module("torch")
 
 
-def load_keras() -> ModuleType:
-    """Keras on PyTorch (a TensorFlow beside it, for tf.data, imports quietly)."""
-    torch()
-    return backends.load_keras()
+framework = torch  # what `backends.keras` starts before Keras
 
 
 def version() -> str:
@@ -68,7 +65,7 @@ def build_info() -> dict:
     """torch, Keras and CUDA versions of this build, and the settings that change speed."""
     cudnn = torch().backends.cudnn.version() if is_cuda_build() else None
     return {"backend": NAME, "backend_version": version(), "tensorflow": None, "jax": None,
-            "keras": load_keras().__version__, "cuda_build": is_cuda_build(),
+            "keras": backends.keras().__version__, "cuda_build": is_cuda_build(),
             "cuda_version": torch().version.cuda,
             "cudnn_version": f"{cudnn // 10000}.{cudnn % 10000 // 100}" if cudnn else None,
             "backend_settings": {
@@ -81,7 +78,7 @@ def build_info() -> dict:
 
 def scope(device: str) -> contextlib.AbstractContextManager:
     """Make `device` the device of what Keras creates inside the block ("cpu:N" is the CPU)."""
-    return load_keras().device("cpu" if device.startswith("cpu") else device)
+    return backends.keras().device("cpu" if device.startswith("cpu") else device)
 
 
 def sync(*values) -> None:

@@ -78,13 +78,13 @@ def could_reverse(gpu: tuple, cpu: tuple) -> bool:
     return (gpu[3] or cpu[3]) and g * (1 - gs) <= c * (1 + cs) and c * (1 - cs) <= g * (1 + gs)
 
 
-def speedup_series(records: list[dict], pairing=None) -> list[dict]:
+def speedup_series(records: list[dict], pairing: dict | None = None) -> list[dict]:
     """Each GPU series over its CPU pair's (same dtype, else float32): points, noisy sizes and
-    those whose spread could reverse who wins (`could_reverse`)."""
+    those whose spread could reverse who wins; `pairing`: {column: its CPU's}, else its own."""
     series = matmul_series(records)
     found = []
     for (column, device, quantity, dtype), points in series.items():
-        cpu_column = pairing(records, column) if pairing else column
+        cpu_column = pairing.get(column) if pairing is not None else column
         if not device.startswith("gpu") or cpu_column is None:
             continue
         cpu_dtype = dtype if (cpu_column, "cpu", quantity, dtype) in series else "float32"
@@ -185,7 +185,7 @@ def plot_book(records: list[dict], ax):
                      title="The book's single timing (matrices and set-up included)")
 
 
-def plot_speedup(records: list[dict], ax=None, pairing=None):
+def plot_speedup(records: list[dict], ax=None, pairing: dict | None = None):
     """CPU time over GPU time against size (`speedup_series`); None where nothing pairs."""
     found = speedup_series(records, pairing)
     if not found:

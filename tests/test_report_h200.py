@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from gpubench import fmt, report, results
+from gpubench import fmt, plots, report, results
 
 REFERENCE = REPO / "reference" / "h200-jax" / "results.jsonl"
 STORED_REPORT = REFERENCE.parent / "report.md"
@@ -32,6 +32,11 @@ def _reference_lines(keep=lambda record: True) -> str:
                    if line.strip() and keep(json.loads(line)))
 
 
+def _speedups(records: list[dict]) -> list[dict]:
+    """The report's speedup series: each GPU column against its machine's CPU (`pairings`)."""
+    return plots.speedup_series(records, report.inputs.pairings(records))
+
+
 @pytest.fixture(scope="module")
 def h200(tmp_path_factory) -> tuple[str, dict, list[dict]]:
     """report.md's text, its charts and the loaded records of the H200 reference."""
@@ -43,7 +48,7 @@ def h200(tmp_path_factory) -> tuple[str, dict, list[dict]]:
 
 
 def test_the_speedup_pairs_every_gpu_dtype_and_timing_with_the_jax_cpu_env(h200):
-    series = report.matmul.speedup_series(h200[2])
+    series = _speedups(h200[2])
     keys = {(s["dtype"], s["quantity"]) for s in series}
     assert keys == {(d, q) for d in ("bfloat16", "float16", "float32 (TF32)")  # as it ran
                     for q in ("call", "book")}
@@ -179,7 +184,7 @@ def test_streaming_and_single_call_crossovers_differ_and_cannot_be_inverted(tmp_
 def test_a_16_bit_gpu_dtype_pairs_with_the_cpus_float32_and_says_so(tmp_path):
     records = [_rigorous("jax-cpu", "cpu", 1000, 0.01, 0.01)]
     records += [_rigorous("jax-gpu", "gpu:0", 1000, 1e-4, 2e-4, dtype="bfloat16")]
-    series = report.matmul.speedup_series(report.load([_write(tmp_path, records)]))
+    series = _speedups(report.load([_write(tmp_path, records)]))
     assert [(s["dtype"], s["cpu_dtype"], s["quantity"], s["points"]) for s in series] == [
         ("bfloat16", "float32", "call", [(1000, pytest.approx(50.0))]),
         ("bfloat16", "float32", "product", [(1000, pytest.approx(100.0))])]
@@ -193,7 +198,7 @@ def test_aligned_sizes_stay_beside_their_book_size_and_off_the_lines(tmp_path):
     run = _write(tmp_path, records)
     text = report.compose([run], draw=False)[0]
     assert "| 2504 (aligned, beside 2500) |" in text
-    assert all(size == 2500 for s in report.matmul.speedup_series(report.load([run]))
+    assert all(size == 2500 for s in _speedups(report.load([run]))
                for size, _ in s["points"])
 
 
@@ -310,7 +315,7 @@ def test_a_noisy_call_latency_is_shown_and_kept_only_where_it_cannot_reverse_who
     table = text.split("**gpu:0 at float32**")[1].split("\n\n")[1].splitlines()
     assert "| [call latency](#glossary) | [call spread](#glossary) |" in table[0]
     assert [row.split(" | ")[4] for row in table[2:]] == ["60% noisy", "60% noisy", "1%"]
-    series = report.matmul.speedup_series(report.load([_write(tmp_path, records)]))
+    series = _speedups(report.load([_write(tmp_path, records)]))
     call = next(s for s in series if s["quantity"] == "call")
     assert call["noisy"] == [1000, 2000] and call["unsure"] == [2000]
 

@@ -11,12 +11,6 @@ from gpubench.report.inputs import backend_of, baselines, columns, crossover, lo
 from gpubench.results import PEAK_METHOD, dtype_of, peak_record
 
 
-def speedup_series(records: list[dict]) -> list[dict]:
-    """Every GPU series set against the CPU of the same machine and backend (`pairings`)."""
-    pairs = pairings(records)
-    return plots.speedup_series(records, lambda _, column: pairs.get(column))
-
-
 def crossover_words(points: list[tuple[int, float]], unsure=(), noisy=()) -> str:
     """Where the GPU wins over the paired sizes, those whose spread could reverse who wins left
     out (`plots.could_reverse`), in words; the noisy sizes kept are named."""
@@ -39,7 +33,8 @@ def crossover_words(points: list[tuple[int, float]], unsure=(), noisy=()) -> str
 
 def crossover_lines(records: list[dict]) -> list[str]:
     """Per GPU column its pairing, then per device and dtype where the GPU wins by each timing."""
-    series, pairs, sweep = speedup_series(records), pairings(records), sweep_records(records)
+    pairs, sweep = pairings(records), sweep_records(records)
+    series = plots.speedup_series(records, pairs)
     lines = []
     for column in [c for c in columns(records) if any(
             column_of(r) == c and r["device"].startswith("gpu") for r in sweep)]:
@@ -94,8 +89,7 @@ def _charts(matmul: list[dict], charts: dict) -> list[str]:  # each where it has
         lines += ["![GFLOP/s against matrix size](matmul_gflops.png)", ""]
     else:
         lines += [prose("no gflops chart"), ""]
-    pairs = pairings(matmul)
-    if (ax := plots.plot_speedup(matmul, new_axes(), lambda _, c: pairs.get(c))) is not None:
+    if (ax := plots.plot_speedup(matmul, new_axes(), pairings(matmul))) is not None:
         charts["matmul_speedup.png"] = ax.figure
         lines += ["![GPU speedup](matmul_speedup.png)", ""]
     elif any(r["device"].startswith("gpu") for r in sweep_records(matmul)):

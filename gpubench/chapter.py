@@ -62,7 +62,8 @@ def start(notebook: str, values: dict | None = None, rules=None, **given) -> Sim
     if names is not None and "virtual_devices" not in chosen:  # Multi_GPU_Scaling: its own
         chosen["devices"] = [devices.resolve(name) for name in names]
     chosen["env_name"] = chosen["env_name"] or results.default_env_name()
-    chosen["results_path"] = str(chosen["results_path"] or results.default_results_path())
+    chosen["results_path"] = str(chosen["results_path"] or os.environ.get("GPUBENCH_RESULTS_PATH")
+                                 or results.runs_dir() / "interactive" / results.RESULTS_FILE)
     store = results.ResultsStore(chosen["results_path"])
     config = SimpleNamespace(notebook=notebook, changed=changed, store=store,
                              params={name: chosen[name] for name in cell},

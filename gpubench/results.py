@@ -204,12 +204,6 @@ def runs_dir() -> Path:
     return (machine.checkout() or Path.cwd()) / "runs"
 
 
-def default_results_path() -> Path:
-    """GPUBENCH_RESULTS_PATH, else runs/interactive/results.jsonl (notebooks run by hand)."""
-    default = runs_dir() / "interactive" / RESULTS_FILE
-    return Path(os.environ.get("GPUBENCH_RESULTS_PATH") or default)
-
-
 def job_of(record: dict) -> tuple:
     """The job a record belongs to: run dir, env and notebook."""
     return record.get("_run_dir"), record["env"], record["notebook"]

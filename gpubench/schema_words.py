@@ -30,13 +30,6 @@ def words(root: dict, part: dict | bool) -> str:
     return " or ".join(TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types))
 
 
-def value_at(instance: Any, path: list) -> Any:
-    """The value at `path` (["telemetry", "energy_joules"]) of `instance`; None where absent."""
-    for name in path:
-        instance = instance.get(name) if isinstance(instance, dict) else None
-    return instance
-
-
 class Problem(NamedTuple):
     """A schema error in words: the field's path and name, its value, and what it should be."""
 

@@ -44,7 +44,7 @@ def usable(records: Iterable[dict], problems: list[str]) -> list[dict]:
         for error in full.errors(original):
             problem = schema_words.explain(results.RECORD, error)
             field = (f"{original.get('benchmark')} field {problem.field!r} is "
-                     f"{schema_words.shown(schema_words.value_at(original, problem.path))}")
+                     f"{schema_words.shown(problem.value)}")
             if problem.droppable:
                 path = itertools.takewhile(lambda step: isinstance(step, str), problem.path)
                 record = _nulled(record, list(path))

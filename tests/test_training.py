@@ -360,3 +360,20 @@ def test_a_gpu_record_combines_its_epochs_telemetry_and_says_tf32(fake_machine, 
     assert training.mode_fields(model, device="cpu")["tf32"] is None
     assert training.mode_fields(training.build_model("mlp_h1000", "cpu"),
                                 device="cpu")["tf32"] is False
+
+
+@pytest.mark.parametrize("backend,jit,words", [
+    ("torch", False, "PyTorch, float32, torch.compile off"),
+    ("torch", True, "PyTorch, float32, torch.compile on"),
+    ("tensorflow", False, "TensorFlow, float32, XLA off"),
+    ("jax", True, "JAX, float32, XLA on (JAX always compiles)")])
+def test_the_chapters_summary_names_compiling_as_each_backend_calls_it(backend, jit, words):
+    record = {"status": "ok", "model": "mlp_h1000", "device": "cpu", "env": "x", "epochs": 3,
+              "train_samples": 1000, "batch_size": 100, "total_seconds": 3.0,
+              "first_epoch_seconds": 1.5, "steady_epoch_seconds": 0.75, "steady_epoch_iqr": 0.01,
+              "samples_per_second": 1333.0, "backend": backend, "jit_compile": jit,
+              "precision": "float32", "tf32": False, "achieved_gflops": 6.4,
+              "flops_per_sample": 4_764_000, "test_accuracy": 0.9, "test_loss": 0.3,
+              "dataset": "mnist", "data_source": "dir", "telemetry": None}
+    mode = next(line for line in training.summary(record).splitlines() if "mode:" in line)
+    assert words in mode and ("XLA" in mode) is (backend != "torch")

@@ -763,10 +763,11 @@ def test_ctrl_c_before_the_run_directory_exists(capsys, tmp_path, monkeypatch):
         pytest.fail("not interrupted")
 
     monkeypatch.setattr(envs, "probe_python", probe)
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a background job
     code, _, err = _main(capsys, "run", "--here", "--out", str(tmp_path / "r"))
     assert code == 130 and err == "gpubench run: interrupted by Ctrl-C\n"
     assert not (tmp_path / "r").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back, whatever it was
 
 
 def test_ctrl_c_before_the_first_notebook_says_how_to_resume(capsys, tmp_path, monkeypatch):

@@ -33,12 +33,12 @@ def crossover_words(points: list[tuple[int, float]], unsure=(), noisy=()) -> str
 
 def crossover_lines(records: list[dict]) -> list[str]:
     """Per GPU column its pairing, then per device and dtype where the GPU wins by each timing."""
-    pairs, sweep = pairings(records), sweep_records(records)
+    pairs, bases, sweep = pairings(records), baselines(records), sweep_records(records)
     series = plots.speedup_series(records, pairs)
     lines = []
     for column in [c for c in columns(records) if any(
             column_of(r) == c and r["device"].startswith("gpu") for r in sweep)]:
-        cpu, base = pairs.get(column), baselines(records).get(column)
+        cpu, base = pairs.get(column), bases.get(column)
         title = backend_title(backend_of(next(r for r in sweep if column_of(r) == column)))
         how = "same env" if cpu == column else "baseline" if cpu else "none" if base else "no CPU"
         lines.append(prose(f"pairing {how}", column=column, cpu=cpu, base=base, title=title))

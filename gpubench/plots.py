@@ -142,10 +142,12 @@ def _lines(ax, series: dict, index: int, dtypes: bool = False) -> list[float]:
         ax.plot([p[0] for p in points], [p[index] for p in points], color=colour, marker="o",
                 linestyle=_STYLE[quantity], label=label)
         if noisy := [(p[0], p[index]) for p in points if p[3]]:
-            first = NOISY not in ax.get_legend_handles_labels()[1]
             ax.plot(*zip(*noisy, strict=True), linestyle="none", marker="o", color=colour,
-                    markerfacecolor="white", label=NOISY if first else None)
+                    markerfacecolor="white")
         values += [p[index] for p in points]
+    if any(p[3] for points in series.values() for p in points):  # its key last in the legend
+        ax.plot([], [], linestyle="none", marker="o", color="grey", markerfacecolor="none",
+                label=NOISY)
     return values
 
 

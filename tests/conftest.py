@@ -86,6 +86,20 @@ def cpu_kernel() -> str:
     return kernel
 
 
+def read_only_below(monkeypatch, root: Path) -> None:
+    """Make creating any file below `root` fail as on a read-only mount (EROFS)."""
+    import errno
+
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if str(path).startswith(str(root)) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+
+
 def python_env(**extra: str) -> dict:
     """os.environ plus `extra`, for subprocesses."""
     return {**os.environ, **extra}

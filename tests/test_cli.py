@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, python_env
+from conftest import REPO, python_env, read_only_below
 from gpubench import backends, cli, envs, machine, params, results, rundir, runner
 
 QUICK = ["run", "--profile", "quick", "--envs", "cpu", "--notebooks", "performanceTest"]
@@ -189,14 +189,7 @@ def test_resume_of_a_missing_notebook_names_it(capsys, tmp_path, monkeypatch):
 
 def test_read_only_out_is_a_clear_error(capsys, tmp_path, monkeypatch):
     """An existing empty --out on a read-only mount: the lock file cannot be created."""
-    real_open = os.open
-
-    def read_only(path, flags, *args):
-        if str(path).startswith(str(tmp_path)) and flags & os.O_CREAT:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-        return real_open(path, flags, *args)
-
-    monkeypatch.setattr(os, "open", read_only)
+    read_only_below(monkeypatch, tmp_path)
     code, _, err = _main(capsys, *QUICK, "--out", str(tmp_path))
     assert code == 2 and f"cannot write in {tmp_path}" in err and "read-only" in err, err
 

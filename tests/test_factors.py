@@ -649,19 +649,25 @@ def test_jax_on_device_and_steps_per_execution_run_compiled_on_the_device(tmp_pa
     assert on_device["test_accuracy"] > 0.3  # chance is 0.1: the trained weights were kept
 
 
+def _steps_and_an_epoch_train(trainer, split) -> None:
+    """13 steps of the on-device feed (two passes of 6 and one step), then one epoch (6 steps of
+    100 and the last 5 images): each step one optimizer iteration, and the test loss falls."""
+    before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
+    iterations = int(trainer.model.optimizer.iterations.value)
+    trainer.timed(13)
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 13
+    trainer.timed(None)
+    assert int(trainer.model.optimizer.iterations.value) == iterations + 20
+    assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
+
+
 @pytest.mark.jax
 def test_jax_on_device_feed_trains_the_models_own_variables():
     from gpubench import backends
 
     assert backends.current().NAME == "jax", "run this test with KERAS_BACKEND=jax"
     trainer, split = _on_device_trainer()
-    before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
-    iterations = int(trainer.model.optimizer.iterations.value)
-    trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
-    assert int(trainer.model.optimizer.iterations.value) == iterations + 13
-    trainer.timed(None)  # one epoch: 6 steps of 100, then the last 5 images
-    assert int(trainer.model.optimizer.iterations.value) == iterations + 20
-    assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
+    _steps_and_an_epoch_train(trainer, split)
     variant = rules.Variant("batch_size", batch_size=1000, input_pipeline="on_device")
     trainer = factors.Trainer.prepared(variant, "mlp_h1000", "cpu", split)  # batch > set
     assert trainer.status == "ok", trainer.error
@@ -676,12 +682,6 @@ def test_torch_on_device_feed_trains_the_models_own_variables():
 
     assert backends.current().NAME == "torch", "run this test with KERAS_BACKEND=torch"
     trainer, split = _on_device_trainer(steps_per_execution=1)  # Keras's torch trainer: 1 only
-    before = trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0]
-    iterations = int(trainer.model.optimizer.iterations.value)
-    trainer.timed(13)  # 6 + 6 + 1: two passes and one step into a third
-    assert int(trainer.model.optimizer.iterations.value) == iterations + 13
-    trainer.timed(None)  # one epoch: 6 steps of 100, then the last 5 images
-    assert int(trainer.model.optimizer.iterations.value) == iterations + 20
-    assert trainer.model.evaluate(split.x_test, split.y_test, verbose=0)[0] < before
+    _steps_and_an_epoch_train(trainer, split)
     with pytest.raises(ValueError, match="steps_per_execution=1"):
         factor_trainer.on_device_feed(trainer.model, split.x_train, split.y_train, 100, 4, "cpu")

@@ -352,17 +352,10 @@ def test_a_deleted_kernel_of_the_users_own_is_registered_again_by_the_advice(cap
 
 def test_a_read_only_run_dir_is_resumed_from_a_copy(capsys, tmp_path, monkeypatch):
     """"choose a writable --out" cannot be followed with --resume: the advice says to copy."""
-    import errno
+    from conftest import read_only_below
 
     run_dir = _run_dir(tmp_path / "r")
-    real_open = os.open
-
-    def read_only(path, flags, *args):
-        if str(path).startswith(str(run_dir)) and flags & os.O_CREAT:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-        return real_open(path, flags, *args)
-
-    monkeypatch.setattr(os, "open", read_only)
+    read_only_below(monkeypatch, run_dir)
     code, _, err = _main(capsys, "run", "--resume", str(run_dir))
     assert code == 2 and f"cannot write in {run_dir}: the file system is read-only" in err
     assert (f"copy it to a writable folder and resume the copy (`cp -r {run_dir} COPY && "
